@@ -1,0 +1,3 @@
+from connector.cli import app
+
+app(prog_name="connector")

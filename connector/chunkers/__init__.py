@@ -1,0 +1,25 @@
+"""Chunking strategies, by the name stored in `strategy`."""
+
+from __future__ import annotations
+
+from connector.chunkers.base import Chunker
+from connector.chunkers.page import PageChunker
+from connector.chunkers.recursive import RecursiveChunker
+from connector.errors import FatalError
+from connector.settings import ChunkingSettings
+
+STRATEGIES = ("page", "recursive_1100", "recursive_600")
+
+
+def build(settings: ChunkingSettings) -> list[Chunker]:
+    """The configured strategies, in the configured order (which is also the tie-break order)."""
+    chunkers: list[Chunker] = []
+    for name in settings.strategies:
+        if name == "page":
+            chunkers.append(PageChunker(encoding=settings.encoding))
+        elif name.startswith("recursive_") and name.removeprefix("recursive_").isdigit():
+            size = int(name.removeprefix("recursive_"))
+            chunkers.append(RecursiveChunker(max_tokens=size, encoding=settings.encoding, name=name))
+        else:
+            raise FatalError(f"unknown chunking strategy {name!r}; known: {', '.join(STRATEGIES)}")
+    return chunkers

@@ -1,0 +1,39 @@
+"""What every chunking strategy provides, and the span helpers they share."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from connector import tokens
+from connector.models import Chunk, Document
+
+
+class Chunker(Protocol):
+    """A strategy: `name` is what the database stores in `strategy`; `params` are recorded with each candidate."""
+
+    name: str
+
+    @property
+    def params(self) -> dict: ...
+
+    def split(self, document: Document) -> list[Chunk]:
+        """Chunks in document order with exact offsets into `document.markdown`."""
+        ...
+
+
+def trim(text: str, start: int, end: int) -> tuple[int, int]:
+    """Shrink [start, end) so that it neither starts nor ends with whitespace."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def make_chunk(text: str, start: int, end: int, encoding: str) -> Chunk | None:
+    """A chunk over the trimmed span, or None when the span holds only whitespace."""
+    start, end = trim(text, start, end)
+    if start == end:
+        return None
+    piece = text[start:end]
+    return Chunk(start=start, end=end, text=piece, token_count=tokens.count(piece, encoding))

@@ -1,0 +1,126 @@
+"""Split-then-merge recursive splitter (algorithm-spec §2).
+
+Stage 1 shreds the text along a priority list of separators until every piece fits in `max_tokens`; stage 2 walks
+the pieces in order and greedily packs them into chunks of at most `max_tokens`. Shredding first and merging second
+is what keeps this splitter from leaving the tiny tail pieces a top-down recursive splitter produces.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from connector import tokens
+from connector.chunkers.base import make_chunk
+from connector.models import Chunk, Document
+
+# (pattern, offset of the cut inside the match). The separator starts the following piece (offset 0), except for
+# sentence and clause punctuation, which stays with the text it ends (offset 1).
+SEPARATORS: tuple[tuple[re.Pattern[str], int], ...] = (
+    *((re.compile(r"(?<=\n)#{%d}\s" % level), 0) for level in range(1, 7)),
+    (re.compile(r"(?<=\n)\s*\(?[A-Za-z0-9]{1,4}[.)]\s+"), 0),
+    (re.compile(r"(?<=\n)\s*[-*·•●▪◦‣▸▹○◯‒–—]\s+"), 0),
+    (re.compile(r"\n{2,}"), 0),
+    (re.compile(r"\n"), 0),
+    (re.compile(r"[.!?]\s+"), 1),
+    (re.compile(r",\s+"), 1),
+    (re.compile(r"\s+"), 0),
+)
+
+MIN_PIECE_CHARS = 10
+"""Stage-1 pieces shorter than this are folded into a neighbour: a lone bullet marker or number is not a unit."""
+
+
+@dataclass(frozen=True)
+class RecursiveChunker:
+    max_tokens: int = 1100
+    encoding: str = "o200k_base"
+    name: str = "recursive_1100"
+
+    @property
+    def params(self) -> dict:
+        return {"max_tokens": self.max_tokens, "encoding": self.encoding}
+
+    def split(self, document: Document) -> list[Chunk]:
+        return split_span(document.markdown, 0, len(document.markdown), self.max_tokens, self.encoding)
+
+
+def split_span(text: str, start: int, end: int, max_tokens: int, encoding: str = "o200k_base") -> list[Chunk]:
+    """Chunks of at most `max_tokens` covering text[start:end]; used by the strategy and by the oversize guard."""
+    pieces = _merge_small_pieces(text, _shred(text, start, end, max_tokens, encoding, 0))
+    counts = tokens.count_many([text[a:b] for a, b in pieces], encoding)
+    chunks: list[Chunk] = []
+    run_start: int | None = None
+    run_end = start
+    run_tokens = 0
+    for (a, b), n in zip(pieces, counts, strict=True):
+        if run_start is not None and run_tokens + n > max_tokens:
+            _flush(chunks, text, run_start, run_end, encoding)
+            run_start = None
+        if run_start is None:
+            run_start, run_tokens = a, 0
+        run_end = b
+        run_tokens += n
+    if run_start is not None:
+        _flush(chunks, text, run_start, run_end, encoding)
+    return chunks
+
+
+def _flush(chunks: list[Chunk], text: str, start: int, end: int, encoding: str) -> None:
+    chunk = make_chunk(text, start, end, encoding)
+    if chunk is not None:
+        chunks.append(chunk)
+
+
+def _shred(text: str, start: int, end: int, max_tokens: int, encoding: str, level: int) -> list[tuple[int, int]]:
+    if end - start <= max_tokens or tokens.count(text[start:end], encoding) <= max_tokens:
+        # NOTE: the length test is a shortcut, not an approximation: a token is at least one character.
+        return [(start, end)]
+    for depth in range(level, len(SEPARATORS)):
+        pattern, shift = SEPARATORS[depth]
+        cuts = sorted({m.start() + shift for m in pattern.finditer(text, start, end)} - {start, end})
+        cuts = [c for c in cuts if start < c < end]
+        if not cuts:
+            continue
+        pieces: list[tuple[int, int]] = []
+        bounds = [start, *cuts, end]
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            pieces.extend(_shred(text, a, b, max_tokens, encoding, depth + 1))
+        return pieces
+    return _by_characters(text, start, end, max_tokens, encoding)
+
+
+def _by_characters(text: str, start: int, end: int, max_tokens: int, encoding: str) -> list[tuple[int, int]]:
+    """Last resort: the longest prefix that fits, found by binary search, repeatedly."""
+    pieces = []
+    while start < end:
+        lo, hi = start + 1, end
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if tokens.count(text[start:mid], encoding) <= max_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        pieces.append((start, lo))
+        start = lo
+    return pieces
+
+
+def _merge_small_pieces(text: str, pieces: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    if len(pieces) < 2:
+        return pieces
+    merged: list[tuple[int, int]] = []
+    carry: int | None = None  # start of a small piece waiting to be glued to the next one
+    for a, b in pieces:
+        if carry is not None:
+            a, carry = carry, None
+        if len(text[a:b].strip()) < MIN_PIECE_CHARS:
+            carry = a
+            continue
+        merged.append((a, b))
+    if carry is not None:
+        if merged:
+            merged[-1] = (merged[-1][0], pieces[-1][1])
+        else:
+            merged.append((carry, pieces[-1][1]))
+    return merged

