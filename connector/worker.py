@@ -78,8 +78,7 @@ class Worker:
                 on_result(row, result)
         return n
 
-    def process_ids(self, ids: list[int], on_result: Callable[[int, Result | None], None]) -> None:
-        """Process the given documents (those another worker already holds are skipped: `None`)."""
-        for doc_id in ids:
-            row = self.store.claim(doc_id, self.lease_seconds)
-            on_result(doc_id, self.process(row) if row is not None else None)
+    def process_id(self, document_id: int) -> Result | None:
+        """Process one given document now; None when it is not pending (another worker holds it)."""
+        row = self.store.claim(document_id, self.lease_seconds)
+        return self.process(row) if row is not None else None

@@ -2,9 +2,9 @@
 from the connector's settings; the version table lives in the `connector` schema with everything else."""
 
 from alembic import context
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
-from connector.db.database import sqlalchemy_url
+from connector.db.database import sqlalchemy_engine
 from connector.settings import SCHEMA, Settings
 
 config = context.config
@@ -27,7 +27,7 @@ def run_online() -> None:
     settings = Settings()
     if settings.dsn is None:
         raise SystemExit("set CONNECTOR_DSN (or run `connector migrate`, which can start the embedded server)")
-    engine = create_engine(sqlalchemy_url(settings.dsn.get_secret_value()))
+    engine = sqlalchemy_engine(settings.dsn.get_secret_value())
     with engine.begin() as conn:
         run_migrations(conn)
     engine.dispose()

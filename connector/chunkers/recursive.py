@@ -8,6 +8,7 @@ is what keeps this splitter from leaving the tiny tail pieces a top-down recursi
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass
 
 from connector import tokens
@@ -17,7 +18,7 @@ from connector.models import Chunk, Document
 # (pattern, offset of the cut inside the match). The separator starts the following piece (offset 0), except for
 # sentence and clause punctuation, which stays with the text it ends (offset 1).
 SEPARATORS: tuple[tuple[re.Pattern[str], int], ...] = (
-    *((re.compile(r"(?<=\n)#{%d}\s" % level), 0) for level in range(1, 7)),
+    *((re.compile(rf"(?<=\n)#{{{level}}}\s"), 0) for level in range(1, 7)),
     (re.compile(r"(?<=\n)\s*\(?[A-Za-z0-9]{1,4}[.)]\s+"), 0),
     (re.compile(r"(?<=\n)\s*[-*·•●▪◦‣▸▹○◯‒–—]\s+"), 0),
     (re.compile(r"\n{2,}"), 0),
@@ -48,28 +49,33 @@ class RecursiveChunker:
 def split_span(text: str, start: int, end: int, max_tokens: int, encoding: str = "o200k_base") -> list[Chunk]:
     """Chunks of at most `max_tokens` covering text[start:end]; used by the strategy and by the oversize guard."""
     pieces = _merge_small_pieces(text, _shred(text, start, end, max_tokens, encoding, 0))
-    counts = tokens.count_many([text[a:b] for a, b in pieces], encoding)
+    queue = deque(zip(pieces, tokens.count_many([text[a:b] for a, b in pieces], encoding), strict=True))
     chunks: list[Chunk] = []
-    run_start: int | None = None
-    run_end = start
-    run_tokens = 0
-    for (a, b), n in zip(pieces, counts, strict=True):
-        if run_start is not None and run_tokens + n > max_tokens:
-            _flush(chunks, text, run_start, run_end, encoding)
-            run_start = None
-        if run_start is None:
-            run_start, run_tokens = a, 0
-        run_end = b
-        run_tokens += n
-    if run_start is not None:
-        _flush(chunks, text, run_start, run_end, encoding)
+    run: list[tuple[tuple[int, int], int]] = []
+    total = 0
+    while queue or run:
+        if queue and (not run or total + queue[0][1] <= max_tokens):
+            run.append(queue.popleft())
+            total += run[-1][1]
+            continue
+        # NOTE: the sum of piece counts estimates the run's count; BPE merges across piece edges can make the
+        # real count differ, so the flushed chunk is counted exactly and trailing pieces go back if it overflows.
+        while True:
+            chunk = make_chunk(text, run[0][0][0], run[-1][0][1], encoding)
+            if chunk is None or chunk.token_count <= max_tokens or len(run) == 1:
+                break
+            queue.appendleft(run.pop())
+        if chunk is not None and chunk.token_count > max_tokens:
+            # One piece that grew past the limit when a sub-10-character neighbour was glued on.
+            chunks.extend(
+                c
+                for a, b in _by_characters(text, chunk.start, chunk.end, max_tokens, encoding)
+                if (c := make_chunk(text, a, b, encoding)) is not None
+            )
+        elif chunk is not None:
+            chunks.append(chunk)
+        run, total = [], 0
     return chunks
-
-
-def _flush(chunks: list[Chunk], text: str, start: int, end: int, encoding: str) -> None:
-    chunk = make_chunk(text, start, end, encoding)
-    if chunk is not None:
-        chunks.append(chunk)
 
 
 def _shred(text: str, start: int, end: int, max_tokens: int, encoding: str, level: int) -> list[tuple[int, int]]:

@@ -33,15 +33,12 @@ def redact(dsn: str) -> str:
     return re.sub(r"password\s*=\s*\S+", "password=***", dsn)
 
 
-def sqlalchemy_url(dsn: str) -> str:
-    """SQLAlchemy needs the driver in the scheme; psycopg 3 understands the rest of a libpq URL as is."""
-    for prefix in ("postgresql://", "postgres://"):
-        if dsn.startswith(prefix):
-            return "postgresql+psycopg://" + dsn[len(prefix) :]
-    if "://" not in dsn:
-        # key=value DSN: psycopg accepts it whole as the connection string.
-        return "postgresql+psycopg:///?" + "&".join(dsn.split())
-    return dsn
+def sqlalchemy_engine(dsn: str):
+    """A SQLAlchemy engine (for Alembic) over psycopg, accepting any DSN form libpq accepts (URL or key=value)."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    return create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn), poolclass=NullPool)
 
 
 @contextlib.contextmanager
@@ -95,9 +92,8 @@ def alembic_config(connection=None, embedding_dim: int | None = None):
 def migrate(dsn: str, embedding_dim: int, revision: str = "head", *, downgrade: bool = False) -> None:
     """Apply (or revert) migrations over one SQLAlchemy connection, in a transaction."""
     from alembic import command
-    from sqlalchemy import create_engine
 
-    engine = create_engine(sqlalchemy_url(dsn))
+    engine = sqlalchemy_engine(dsn)
     try:
         with engine.begin() as conn:
             cfg = alembic_config(conn, embedding_dim)

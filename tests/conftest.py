@@ -1,0 +1,141 @@
+"""Shared fixtures: one real Postgres+pgvector per test session, a fresh database per test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from connector.db.database import migrate
+from connector.settings import Settings
+from tests import pgbackends
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def pg_admin_dsn() -> Iterator[str]:
+    try:
+        dsn, stop = pgbackends.start()
+    except pgbackends.BackendUnavailable as exc:
+        pytest.exit(str(exc), returncode=3)
+    try:
+        yield dsn
+    finally:
+        stop()
+
+
+@pytest.fixture
+def dsn(pg_admin_dsn: str) -> Iterator[str]:
+    """An empty database of its own for each test, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(pg_admin_dsn, dbname=name)
+    finally:
+        with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def migrated_dsn(dsn: str) -> str:
+    migrate(dsn, 384)
+    return dsn
+
+
+@pytest.fixture
+def settings(migrated_dsn: str, tmp_path: Path) -> Settings:
+    return Settings(
+        dsn=migrated_dsn,
+        data_dir=tmp_path / "state",
+        watch_dir=tmp_path / "inbox",
+        embedder="fake",
+        settle_seconds=0.3,
+        poll_interval=0.5,
+    )
+
+
+@pytest.fixture
+def db(migrated_dsn: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+        yield conn
+
+
+def connector_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "connector", *args]
+
+
+def child_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for a child `connector` process: never the user's ./.connector, never the network."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONNECTOR_")}
+    env.update(CONNECTOR_DATA_DIR=str(tmp_path / "state"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return env
+
+
+@pytest.fixture
+def start_process(tmp_path: Path):
+    """Start `connector ...` as a child process; every one is stopped (and reaped) when the test ends."""
+    procs: list[subprocess.Popen] = []
+
+    def start(*args: str, **env: str) -> subprocess.Popen:
+        log = open(tmp_path / f"proc-{len(procs)}.log", "w+")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            connector_cmd(*args), cwd=tmp_path, env={**child_env(tmp_path), **env}, stdout=log, stderr=log
+        )
+        proc.log = log  # type: ignore[attr-defined]
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        proc.log.close()  # type: ignore[attr-defined]
+
+
+def output_of(proc: subprocess.Popen) -> str:
+    proc.log.flush()  # type: ignore[attr-defined]
+    proc.log.seek(0)  # type: ignore[attr-defined]
+    return proc.log.read()  # type: ignore[attr-defined]
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads():
+    """Fail a test that leaves threads running (watchdog's lesson: leaks hide in long-running services)."""
+    # tqdm's monitor is a process-wide singleton started by the first progress bar any library draws.
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        leaked = [t for t in threading.enumerate() if t not in before and t.is_alive() and t.name != "tqdm_monitor"]
+        if not leaked:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"test leaked threads: {leaked}")

@@ -1,0 +1,104 @@
+"""The contract every candidate obeys after guards: exact offsets, document order, nothing lost, sizes bounded."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from connector import guards
+from connector.chunkers import build
+from connector.chunkers.page import PageChunker
+from connector.chunkers.recursive import RecursiveChunker, split_span
+from connector.convert import convert, mime_for_path
+from connector.models import Document
+from connector.settings import ChunkingSettings
+from tests.conftest import FIXTURES
+
+WORDS = st.sampled_from(
+    ["alpha", "beta", "gamma", "delta", "Postgres", "vector", "index", "chunk", "it", "the", "of", "3.14", "x"]
+)
+SENTENCE = st.builds(
+    lambda ws, end: " ".join(ws) + end, st.lists(WORDS, min_size=1, max_size=25), st.sampled_from(".!?,")
+)
+LINE = st.one_of(
+    SENTENCE,
+    st.builds(lambda n, s: "#" * n + " " + s, st.integers(1, 6), SENTENCE),
+    st.builds(lambda s: "- " + s, SENTENCE),
+    st.builds(lambda i, s: f"{i}. {s}", st.integers(1, 30), SENTENCE),
+    st.just(""),
+    st.just("| a | b |\n|---|---|\n| 1 | 2 |"),
+)
+MARKDOWN = st.lists(LINE, min_size=1, max_size=120).map("\n".join)
+
+
+def assert_contract(text: str, chunks) -> None:
+    prev_end = 0
+    covered = [False] * len(text)
+    for c in chunks:
+        assert text[c.start : c.end] == c.text, "offsets must be exact"
+        assert c.start >= prev_end, "chunks must be in order and not overlap"
+        assert c.text == c.text.strip() and c.text
+        prev_end = c.end
+        for i in range(c.start, c.end):
+            covered[i] = True
+    lost = [i for i, ch in enumerate(text) if not ch.isspace() and not covered[i]]
+    assert not lost, f"non-whitespace characters lost at {lost[:5]}"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(MARKDOWN, st.sampled_from([20, 60, 200]))
+def test_recursive_contract(text: str, size: int) -> None:
+    chunks = RecursiveChunker(max_tokens=size).split(Document(text, ()))
+    assert_contract(text, chunks)
+    assert all(c.token_count <= size for c in chunks)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(MARKDOWN, st.lists(st.integers(0, 10_000), max_size=6))
+def test_page_then_guards_contract(text: str, raw_starts: list[int]) -> None:
+    starts = tuple(sorted({0, *(s % max(1, len(text)) for s in raw_starts)}))
+    doc = Document(text, (), page_starts=starts)
+    cfg = ChunkingSettings(max_tokens=80, min_tokens=15, merge_limit=90)
+    chunks = guards.apply(text, PageChunker().split(doc), cfg)
+    assert_contract(text, chunks)
+    assert all(c.token_count <= cfg.merge_limit for c in chunks)
+    if len(chunks) > 1:
+        # after guards, a tiny chunk remains only when merging it either way would break the merge limit
+        for i, c in enumerate(chunks):
+            if c.token_count < cfg.min_tokens:
+                neighbours = [chunks[j] for j in (i - 1, i + 1) if 0 <= j < len(chunks)]
+                assert all(n.token_count + c.token_count > cfg.merge_limit - 5 for n in neighbours)
+
+
+def test_character_fallback_splits_text_without_separators() -> None:
+    text = "x" * 5000
+    chunks = split_span(text, 0, len(text), 100)
+    assert_contract(text, chunks)
+    assert len(chunks) > 1 and all(c.token_count <= 100 for c in chunks)
+
+
+def test_heading_starts_a_new_chunk_and_stays_with_its_text() -> None:
+    body = "word " * 150
+    text = f"# One\n\n{body}\n\n# Two\n\n{body}"
+    chunks = RecursiveChunker(max_tokens=200).split(Document(text, ()))
+    assert [c.text.splitlines()[0] for c in chunks] == ["# One", "# Two"]
+
+
+@pytest.mark.parametrize("name", ["apache-2.0.txt", "debian-manifesto.txt", "lppl-1.3c.pdf", "dockerfile-reference.md"])
+def test_every_strategy_on_real_documents(name: str) -> None:
+    cfg = ChunkingSettings(strategies=("page", "recursive_1100", "recursive_600"))
+    doc = convert((FIXTURES / name).read_bytes(), mime_for_path(name))
+    for chunker in build(cfg):
+        chunks = guards.apply(doc.markdown, chunker.split(doc), cfg)
+        assert_contract(doc.markdown, chunks)
+        assert all(c.token_count <= cfg.merge_limit for c in chunks), chunker.name
+        if len(chunks) > 1:
+            assert sum(c.token_count >= cfg.min_tokens for c in chunks) / len(chunks) >= 0.9, chunker.name
+
+
+def test_unknown_strategy_is_a_configuration_error() -> None:
+    from connector.errors import FatalError
+
+    with pytest.raises(FatalError, match="unknown chunking strategy 'nope'"):
+        build(ChunkingSettings(strategies=("page", "nope")))
