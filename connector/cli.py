@@ -18,7 +18,8 @@ from rich.table import Table
 from connector.errors import ConnectorError, FatalError, TransientError
 from connector.settings import Settings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+# Locals in tracebacks would print DSNs and keys: never show them.
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False)
 console = Console(stderr=True)
 
 DsnOption = Annotated[
@@ -136,12 +137,8 @@ def ingest(
                 for ref in refs:
                     progress.update(task, description=ref.key)
                     doc_id = store.enqueue_file(ref.key, ref.path.resolve(), ref.mime, sha256_file(ref.path))
-                    if doc_id is None:
-                        results["unchanged"] += 1
-                    else:
-                        worker.process_ids(
-                            [doc_id], lambda _i, r: results.__setitem__(r or "busy", results[r or "busy"] + 1)
-                        )
+                    outcome = "unchanged" if doc_id is None else (worker.process_id(doc_id) or "busy")
+                    results[outcome] += 1
                     progress.advance(task)
             failures = store.status().failures
     console.print(", ".join(f"{n} {k}" for k, n in results.items() if n) or "nothing to ingest")

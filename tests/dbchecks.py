@@ -1,0 +1,45 @@
+"""SQL assertions shared by the integration tests: the invariants every stored document must satisfy."""
+
+from __future__ import annotations
+
+import psycopg
+
+OFFSET_MISMATCHES = """
+SELECT c.id FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id
+WHERE substr(d.markdown, c.start_char + 1, c.end_char - c.start_char) <> c.text
+"""
+
+# Every chunk's neighbours are the chunks with ordinal ± 1 of the same document, and ordinals run 0..n-1.
+LINK_MISMATCHES = """
+SELECT c.id FROM connector.chunks c
+LEFT JOIN connector.chunks p ON p.document_id = c.document_id AND p.ordinal = c.ordinal - 1
+LEFT JOIN connector.chunks n ON n.document_id = c.document_id AND n.ordinal = c.ordinal + 1
+WHERE c.prev_chunk_id IS DISTINCT FROM p.id OR c.next_chunk_id IS DISTINCT FROM n.id
+UNION ALL
+SELECT document_id FROM connector.chunks GROUP BY document_id HAVING max(ordinal) <> count(*) - 1
+"""
+
+CANDIDATE_MISMATCHES = """
+SELECT d.id FROM connector.documents d
+WHERE d.status = 'done' AND (
+    (SELECT count(*) FROM connector.candidates c WHERE c.document_id = d.id AND c.chosen) <> 1
+    OR NOT EXISTS (SELECT 1 FROM connector.candidates c
+                   WHERE c.document_id = d.id AND c.chosen AND c.strategy = d.strategy AND c.score = d.score)
+    OR EXISTS (SELECT 1 FROM connector.chunks k WHERE k.document_id = d.id AND k.strategy <> d.strategy)
+    OR (SELECT count(*) FROM connector.chunks k WHERE k.document_id = d.id)
+       <> (SELECT chunk_count FROM connector.candidates c WHERE c.document_id = d.id AND c.chosen)
+)
+"""
+
+
+def assert_consistent(conn: psycopg.Connection) -> None:
+    assert conn.execute(OFFSET_MISMATCHES).fetchall() == [], "chunk offsets must address documents.markdown"
+    assert conn.execute(LINK_MISMATCHES).fetchall() == [], "prev/next links must follow ordinals"
+    assert conn.execute(CANDIDATE_MISMATCHES).fetchall() == [], "winner, candidates and chunks must agree"
+
+
+def documents(conn: psycopg.Connection) -> dict[str, tuple]:
+    rows = conn.execute(
+        "SELECT source_key, status, strategy, attempts, last_error FROM connector.documents ORDER BY id"
+    ).fetchall()
+    return {r[0]: r[1:] for r in rows}

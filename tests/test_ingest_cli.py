@@ -1,0 +1,169 @@
+"""`connector ingest`, `status` and `migrate` as a user runs them: real processes, real files, real Postgres."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+from pgvector.psycopg import register_vector
+
+from connector.embedders import load
+from tests.conftest import FIXTURES, child_env, connector_cmd
+from tests.dbchecks import assert_consistent, documents
+
+
+def ingest(tmp_path: Path, dsn: str, *paths: Path, embedder: str = "fake") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        connector_cmd("ingest", *map(str, paths), "--dsn", dsn, "--embedder", embedder),
+        cwd=tmp_path,
+        env=child_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    (folder / "legal").mkdir(parents=True)
+    shutil.copy(FIXTURES / "apache-2.0.txt", folder / "legal")
+    shutil.copy(FIXTURES / "lppl-1.3c.pdf", folder / "legal")
+    shutil.copy(FIXTURES / "dockerfile-reference.md", folder)
+    (folder / "notes.docx").write_bytes(b"not supported")
+    (folder / ".hidden.md").write_text("# hidden")
+    return folder
+
+
+def test_ingest_folder(tmp_path: Path, dsn: str, corpus: Path) -> None:
+    result = ingest(tmp_path, dsn, corpus)
+    assert result.returncode == 0, result.stderr
+    assert "3 done" in result.stderr
+    with psycopg.connect(dsn) as conn:
+        docs = documents(conn)
+        assert set(docs) == {"legal/apache-2.0.txt", "legal/lppl-1.3c.pdf", "dockerfile-reference.md"}
+        assert all(status == "done" and strategy in ("page", "recursive_1100") for status, strategy, *_ in docs.values())
+        assert_consistent(conn)
+        pages = conn.execute(
+            """SELECT min(page_start), max(page_end), bool_and(page_start <= page_end) FROM connector.chunks c
+               JOIN connector.documents d ON d.id = c.document_id WHERE d.source_key = 'legal/lppl-1.3c.pdf'"""
+        ).fetchone()
+        assert pages == (1, 8, True)
+        candidates = conn.execute(
+            "SELECT strategy, sc IS NOT NULL, bi IS NOT NULL, rc, icc, dcc FROM connector.candidates ORDER BY 1"
+        ).fetchall()
+        assert len(candidates) == 6
+        assert all(sc and bi and (rc, icc, dcc) == (None, None, None) for _, sc, bi, rc, icc, dcc in candidates)
+        sections = conn.execute(
+            """SELECT count(*) FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id
+               WHERE d.source_key = 'dockerfile-reference.md' AND cardinality(section_path) > 0"""
+        ).fetchone()[0]
+        assert sections > 0
+
+
+def test_reingest_skips_unchanged_and_replaces_changed(tmp_path: Path, dsn: str, corpus: Path) -> None:
+    assert ingest(tmp_path, dsn, corpus).returncode == 0
+    with psycopg.connect(dsn) as conn:
+        before = dict(conn.execute("SELECT id, document_id FROM connector.chunks").fetchall())
+
+    again = ingest(tmp_path, dsn, corpus)
+    assert again.returncode == 0 and "3 unchanged" in again.stderr
+    with psycopg.connect(dsn) as conn:
+        assert dict(conn.execute("SELECT id, document_id FROM connector.chunks").fetchall()) == before
+
+    target = corpus / "legal" / "apache-2.0.txt"
+    target.write_text(target.read_text() + "\n\nAPPENDIX B: a new closing paragraph added for the test.\n")
+    changed = ingest(tmp_path, dsn, corpus)
+    assert changed.returncode == 0 and "1 done" in changed.stderr and "2 unchanged" in changed.stderr
+    with psycopg.connect(dsn) as conn:
+        doc_id = conn.execute(
+            "SELECT id FROM connector.documents WHERE source_key = 'legal/apache-2.0.txt'"
+        ).fetchone()[0]
+        new = dict(conn.execute("SELECT id, document_id FROM connector.chunks").fetchall())
+        old_ids = {cid for cid, d in before.items() if d == doc_id}
+        assert old_ids.isdisjoint(new), "old chunks of the changed document are gone"
+        assert {cid for cid, d in before.items() if d != doc_id} <= set(new), "other documents untouched"
+        texts = [r[0] for r in conn.execute(
+            "SELECT text FROM connector.chunks WHERE document_id = %s ORDER BY ordinal", (doc_id,)
+        )]  # fmt: skip
+        assert "APPENDIX B" in texts[-1]
+        assert conn.execute("SELECT count(*) FROM connector.documents").fetchone() == (3,)
+        assert_consistent(conn)
+
+
+def test_corrupt_pdf_fails_and_the_next_document_succeeds(tmp_path: Path, dsn: str) -> None:
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    good = (FIXTURES / "lppl-1.3c.pdf").read_bytes()
+    (folder / "a-corrupt.pdf").write_bytes(b"%PDF-1.7\n" + bytes(range(256)) * 8)
+    (folder / "b-good.pdf").write_bytes(good)
+    result = ingest(tmp_path, dsn, folder)
+    assert result.returncode == 1
+    assert "a-corrupt.pdf" in result.stderr and "cannot open PDF" in result.stderr
+    with psycopg.connect(dsn) as conn:
+        docs = documents(conn)
+        assert docs["a-corrupt.pdf"][0] == "failed" and "cannot open PDF" in docs["a-corrupt.pdf"][3]
+        assert docs["b-good.pdf"][0] == "done"
+        assert conn.execute(
+            "SELECT count(*) FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id "
+            "WHERE d.source_key = 'a-corrupt.pdf'"
+        ).fetchone() == (0,)
+
+
+def test_nearest_chunks_query_is_served_by_the_hnsw_index(tmp_path: Path, dsn: str, corpus: Path) -> None:
+    assert ingest(tmp_path, dsn, corpus).returncode == 0
+    query = load("fake").embed(["ONBUILD instruction adds a trigger instruction to the image"]).vectors[0]
+    with psycopg.connect(dsn) as conn:
+        register_vector(conn)
+        conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                "EXPLAIN SELECT id FROM connector.chunks ORDER BY embedding <=> %s LIMIT 5", (query,)
+            ).fetchall()
+        )
+        assert "chunks_embedding_hnsw" in plan
+        top = conn.execute("SELECT text FROM connector.chunks ORDER BY embedding <=> %s LIMIT 3", (query,)).fetchall()
+        assert any("ONBUILD" in t for (t,) in top)
+
+
+def test_ingest_with_the_real_minilm_model(tmp_path: Path, dsn: str) -> None:
+    folder = tmp_path / "one"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "apache-2.0.txt", folder)
+    shutil.copy(FIXTURES / "debian-manifesto.txt", folder)
+    result = ingest(tmp_path, dsn, folder, embedder="minilm")
+    assert result.returncode == 0, result.stderr
+    model = load("minilm")
+    query = model.embed(["Who wrote the manifesto of the new Linux distribution, and who will sell it on CD-ROM?"])
+    query = query.vectors[0]
+    with psycopg.connect(dsn) as conn:
+        register_vector(conn)
+        assert conn.execute("SELECT name, dim FROM connector.embedding_model").fetchone() == (model.name, 384)
+        (top,) = conn.execute(
+            "SELECT d.source_key FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id "
+            "ORDER BY c.embedding <=> %s LIMIT 1",
+            (query,),
+        ).fetchone()
+        assert top == "debian-manifesto.txt"
+        assert conn.execute("SELECT min(embed_windows) >= 1 FROM connector.chunks").fetchone() == (True,)
+        assert_consistent(conn)
+
+
+def test_migrate_and_status_commands(tmp_path: Path, dsn: str) -> None:
+    env = {**child_env(tmp_path), "COLUMNS": "200"}  # wide enough that rich does not wrap the table cells
+    mig = subprocess.run(connector_cmd("migrate", "--dsn", dsn), env=env, capture_output=True, text=True, timeout=60)
+    assert mig.returncode == 0, mig.stderr
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO connector.documents (source_key, status, last_error, attempts) "
+            "VALUES ('broken-row', 'failed', 'row has neither content nor content_bytes', 1), ('ok', 'done', NULL, 1)"
+        )
+    status = subprocess.run(connector_cmd("status", "--dsn", dsn), env=env, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert "broken-row" in status.stdout and "neither content" in status.stdout
+    lines = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in status.stdout.splitlines()[3:7]}
+    assert lines == {"pending": "0", "processing": "0", "done": "1", "failed": "1"}
