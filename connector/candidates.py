@@ -10,6 +10,7 @@ import time
 
 from connector import guards
 from connector.chunkers import Chunker
+from connector.errors import NotApplicable
 from connector.models import Candidate, Document
 from connector.settings import ChunkingSettings
 
@@ -25,6 +26,8 @@ def _one(document: Document, chunker: Chunker, settings: ChunkingSettings) -> Ca
     try:
         raw = chunker.split(document)
         chunks = tuple(guards.apply(document.markdown, raw, settings))
+    except NotApplicable as exc:
+        return Candidate(chunker.name, (), chunker.params, _ms(t0), error=f"skipped: {exc}")
     except Exception as exc:  # one broken strategy must not sink the document
         log.exception("strategy %s failed", chunker.name)
         return Candidate(chunker.name, (), chunker.params, _ms(t0), error=f"{type(exc).__name__}: {exc}")

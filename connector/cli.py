@@ -20,7 +20,7 @@ from connector.settings import Settings
 
 # Locals in tracebacks would print DSNs and keys: never show them.
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False)
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # soft wrap: a printed command stays copyable
 
 DsnOption = Annotated[
     str | None, typer.Option("--dsn", help="Postgres URL (default: CONNECTOR_DSN, else the embedded server).")

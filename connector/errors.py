@@ -24,6 +24,11 @@ class ConversionError(DocumentError):
     """The converter could not read the document (corrupt, encrypted, no text)."""
 
 
+class NotApplicable(ConnectorError):
+    """A chunking strategy does not apply to this document (e.g. `page` on text without pages): the candidate is
+    recorded as skipped, with this message, and the others compete."""
+
+
 class TransientError(ConnectorError):
     """Worth retrying: the failure was not caused by the document."""
 

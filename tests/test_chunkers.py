@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connector import guards
+from connector import candidates, guards
 from connector.chunkers import build
 from connector.chunkers.page import PageChunker
 from connector.chunkers.recursive import RecursiveChunker, split_span
@@ -89,12 +89,35 @@ def test_heading_starts_a_new_chunk_and_stays_with_its_text() -> None:
 def test_every_strategy_on_real_documents(name: str) -> None:
     cfg = ChunkingSettings(strategies=("page", "recursive_1100", "recursive_600"))
     doc = convert((FIXTURES / name).read_bytes(), mime_for_path(name))
-    for chunker in build(cfg):
-        chunks = guards.apply(doc.markdown, chunker.split(doc), cfg)
+    pool = candidates.generate(doc, build(cfg), cfg)
+    assert [c.strategy for c in pool] == list(cfg.strategies)
+    for candidate in pool:
+        if candidate.strategy == "page" and not doc.page_starts:
+            assert candidate.error == "skipped: document has no pages" and candidate.chunks == ()
+            continue
+        assert candidate.error is None
+        chunks = candidate.chunks
         assert_contract(doc.markdown, chunks)
-        assert all(c.token_count <= cfg.merge_limit for c in chunks), chunker.name
+        assert all(c.token_count <= cfg.merge_limit for c in chunks), candidate.strategy
         if len(chunks) > 1:
-            assert sum(c.token_count >= cfg.min_tokens for c in chunks) / len(chunks) >= 0.9, chunker.name
+            assert sum(c.token_count >= cfg.min_tokens for c in chunks) / len(chunks) >= 0.9, candidate.strategy
+
+
+def test_a_failing_strategy_is_recorded_and_the_others_still_run() -> None:
+    class Broken:
+        name = "broken"
+        params: dict = {}
+
+        def split(self, document):
+            raise ValueError("boom")
+
+    cfg = ChunkingSettings()
+    doc = convert(b"Some text. " * 50, "text/plain")
+    broken, recursive = candidates.generate(
+        doc, [Broken(), *build(ChunkingSettings(strategies=("recursive_1100",)))], cfg
+    )
+    assert broken.error == "ValueError: boom" and broken.chunks == ()
+    assert recursive.error is None and len(recursive.chunks) == 1
 
 
 def test_unknown_strategy_is_a_configuration_error() -> None:

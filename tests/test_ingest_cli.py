@@ -45,7 +45,10 @@ def test_ingest_folder(tmp_path: Path, dsn: str, corpus: Path) -> None:
     with psycopg.connect(dsn) as conn:
         docs = documents(conn)
         assert set(docs) == {"legal/apache-2.0.txt", "legal/lppl-1.3c.pdf", "dockerfile-reference.md"}
-        assert all(status == "done" and strategy in ("page", "recursive_1100") for status, strategy, *_ in docs.values())
+        assert all(
+            status == "done" and strategy in ("page", "recursive_1100") for status, strategy, *_ in docs.values()
+        )
+        assert all(strategy == "recursive_1100" for key, (_, strategy, *_) in docs.items() if not key.endswith(".pdf"))
         assert_consistent(conn)
         pages = conn.execute(
             """SELECT min(page_start), max(page_end), bool_and(page_start <= page_end) FROM connector.chunks c
@@ -53,10 +56,16 @@ def test_ingest_folder(tmp_path: Path, dsn: str, corpus: Path) -> None:
         ).fetchone()
         assert pages == (1, 8, True)
         candidates = conn.execute(
-            "SELECT strategy, sc IS NOT NULL, bi IS NOT NULL, rc, icc, dcc FROM connector.candidates ORDER BY 1"
+            """SELECT d.source_key, c.strategy, c.sc IS NOT NULL AND c.bi IS NOT NULL, c.rc, c.icc, c.dcc, c.error
+               FROM connector.candidates c JOIN connector.documents d ON d.id = c.document_id"""
         ).fetchall()
         assert len(candidates) == 6
-        assert all(sc and bi and (rc, icc, dcc) == (None, None, None) for _, sc, bi, rc, icc, dcc in candidates)
+        for key, strategy, scored, rc, icc, dcc, error in candidates:
+            assert (rc, icc, dcc) == (None, None, None)
+            if strategy == "page" and not key.endswith(".pdf"):
+                assert error == "skipped: document has no pages" and not scored
+            else:
+                assert error is None and scored
         sections = conn.execute(
             """SELECT count(*) FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id
                WHERE d.source_key = 'dockerfile-reference.md' AND cardinality(section_path) > 0"""

@@ -1,10 +1,12 @@
-"""One chunk per page (algorithm-spec §2); a document without pages is one chunk, which the guards then re-split."""
+"""One chunk per page (algorithm-spec §2). Not applicable to documents without pages: there, one "page" would be the
+whole text re-split by the oversize guard, a copy of `recursive_1100` that would only win ties under a wrong name."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from connector.chunkers.base import make_chunk
+from connector.errors import NotApplicable
 from connector.models import Chunk, Document
 
 
@@ -18,8 +20,10 @@ class PageChunker:
         return {"encoding": self.encoding}
 
     def split(self, document: Document) -> list[Chunk]:
+        if not document.page_starts:
+            raise NotApplicable("document has no pages")
         text = document.markdown
-        starts = list(document.page_starts) or [0]
+        starts = list(document.page_starts)
         bounds = [*starts, len(text)]
         chunks = (make_chunk(text, a, b, self.encoding) for a, b in zip(bounds, bounds[1:], strict=False))
         return [c for c in chunks if c is not None]

@@ -1,0 +1,32 @@
+# The two commands a new user needs: `make run` and `make test`. Both create .venv and install on first use.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: run test install lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first and pinned: left to the resolver it pulls a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Start the sidecar on ./inbox with the embedded Postgres (or CONNECTOR_DSN when set).
+run: $(STAMP)
+	$(BIN)/connector run
+
+## Lint, then the whole test suite against a real Postgres with pgvector.
+test: $(STAMP) lint
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check connector migrations tests
+	$(BIN)/ruff format --check connector migrations tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,149 @@
+"""`connector run` as a user runs it: a real child process watching a real folder and a real queue table."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.conftest import FIXTURES, output_of, wait_for
+from tests.dbchecks import assert_consistent, documents
+
+SIDECAR_ENV = {"CONNECTOR_SETTLE_SECONDS": "0.5", "CONNECTOR_POLL_INTERVAL": "1"}
+
+
+def status_of(dsn: str, key: str) -> str | None:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT status FROM connector.documents WHERE source_key = %s", (key,)).fetchone()
+    return row[0] if row else None
+
+
+def finished(dsn: str, key: str) -> str | None:
+    status = status_of(dsn, key)
+    return status if status in ("done", "failed") else None
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path, migrated_dsn: str, start_process):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    shutil.copy(FIXTURES / "debian-manifesto.txt", inbox / "already-here.txt")  # for the initial scan
+    proc = start_process("run", "--watch", str(inbox), "--dsn", migrated_dsn, "--embedder", "fake", **SIDECAR_ENV)
+    wait_for(lambda: "connector running" in output_of(proc), timeout=60, what="sidecar start")
+    yield proc, inbox
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0, output_of(proc)
+
+
+def test_folder_drops_become_chunks(sidecar, migrated_dsn: str, tmp_path: Path) -> None:
+    proc, inbox = sidecar
+    dsn = migrated_dsn
+    assert wait_for(lambda: finished(dsn, "already-here.txt"), what="initial scan") == "done"
+
+    shutil.copy(FIXTURES / "dockerfile-reference.md", inbox / "dockerfile.md")
+    assert wait_for(lambda: finished(dsn, "dockerfile.md"), what="dropped markdown") == "done"
+
+    # A slow copy: the file grows in pieces, with pauses shorter than the settle time.
+    data = (FIXTURES / "lppl-1.3c.pdf").read_bytes()
+    with open(inbox / "slow.pdf", "wb") as f:
+        for i in range(0, len(data), len(data) // 5 + 1):
+            f.write(data[i : i + len(data) // 5 + 1])
+            f.flush()
+            time.sleep(0.3)
+    assert wait_for(lambda: finished(dsn, "slow.pdf"), what="slow copy") == "done"
+
+    # A browser-style download: written as .part, renamed when complete.
+    part = inbox / "download.pdf.part"
+    part.write_bytes(data)
+    time.sleep(1.5)
+    assert status_of(dsn, "download.pdf.part") is None
+    part.rename(inbox / "download.pdf")
+    assert wait_for(lambda: finished(dsn, "download.pdf"), what=".part renamed") == "done"
+
+    # A corrupt PDF fails with a readable error, and the sidecar carries on with the next file.
+    (inbox / "corrupt.pdf").write_bytes(b"%PDF-1.4\n" + os.urandom(3000))
+    assert wait_for(lambda: finished(dsn, "corrupt.pdf"), what="corrupt pdf") == "failed"
+    shutil.copy(FIXTURES / "apache-2.0.txt", inbox / "after-corrupt.txt")
+    assert wait_for(lambda: finished(dsn, "after-corrupt.txt"), what="file after corrupt") == "done"
+
+    with psycopg.connect(dsn) as conn:
+        docs = documents(conn)
+        assert docs["slow.pdf"][2] == 1, "a slow copy is read once, whole"
+        assert "PDF" in docs["corrupt.pdf"][3]
+        assert_consistent(conn)
+        assert (
+            conn.execute(
+                "SELECT count(DISTINCT page_start) FROM connector.chunks c JOIN connector.documents d "
+                "ON d.id = c.document_id WHERE d.source_key = 'slow.pdf'"
+            ).fetchone()[0]
+            > 1
+        )
+    assert proc.poll() is None
+
+
+def test_rows_inserted_in_sql_become_chunks(sidecar, migrated_dsn: str) -> None:
+    dsn = migrated_dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # Record every status a row passes through, with a trigger of the test's own.
+        conn.execute(
+            """
+            CREATE TABLE public.status_log (document_id bigint, status text, at timestamptz DEFAULT clock_timestamp());
+            CREATE FUNCTION public.log_status() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN INSERT INTO public.status_log (document_id, status) VALUES (NEW.id, NEW.status); RETURN NULL; END $$;
+            CREATE TRIGGER log_status AFTER INSERT OR UPDATE OF status ON connector.documents
+            FOR EACH ROW EXECUTE FUNCTION public.log_status();
+            """
+        )
+        text = (FIXTURES / "apache-2.0.txt").read_text()
+        faq_id = conn.execute(
+            "INSERT INTO connector.documents (source_key, title, content) VALUES ('faq-1', 'FAQ', %s) RETURNING id",
+            (text,),
+        ).fetchone()[0]
+        conn.execute(
+            "INSERT INTO connector.documents (source_key, title, content_bytes, mime_type) "
+            "VALUES ('manual-pdf', 'LPPL', %s, 'application/pdf')",
+            ((FIXTURES / "lppl-1.3c.pdf").read_bytes(),),
+        )
+        conn.execute("INSERT INTO connector.documents (source_key, title) VALUES ('empty-row', 'nothing')")
+
+    assert wait_for(lambda: finished(dsn, "faq-1"), what="text row") == "done"
+    assert wait_for(lambda: finished(dsn, "manual-pdf"), what="pdf row") == "done"
+    assert wait_for(lambda: finished(dsn, "empty-row"), what="empty row") == "failed"
+    with psycopg.connect(dsn) as conn:
+        history = [r[0] for r in conn.execute(
+            "SELECT status FROM public.status_log WHERE document_id = %s ORDER BY at", (faq_id,)
+        )]  # fmt: skip
+        assert history == ["pending", "processing", "done"]
+        docs = documents(conn)
+        assert "neither content nor content_bytes" in docs["empty-row"][3]
+        pages = conn.execute(
+            "SELECT max(page_end) FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id "
+            "WHERE d.source_key = 'manual-pdf'"
+        ).fetchone()
+        assert pages == (8,)
+        assert conn.execute(
+            "SELECT source, content_hash IS NOT NULL FROM connector.documents WHERE source_key = 'faq-1'"
+        ).fetchone() == ("sql", True)
+        assert_consistent(conn)
+
+
+def test_run_with_the_embedded_server_keeps_data_and_stops_it(tmp_path: Path, start_process) -> None:
+    """What `make run` does: no DSN, so the embedded Postgres starts in the data dir and stops with the sidecar."""
+    inbox = tmp_path / "inbox"
+    proc = start_process("run", "--watch", str(inbox), "--embedder", "fake", **SIDECAR_ENV)
+    wait_for(lambda: "connector running" in output_of(proc), timeout=90, what="sidecar start")
+    out = output_of(proc)
+    assert "psql '" in out and str(tmp_path / "state" / "pgdata") in out
+    assert inbox.is_dir()
+    shutil.copy(FIXTURES / "debian-manifesto.txt", inbox / "manifesto.txt")
+    dsn = f"postgresql://postgres:@/postgres?host={tmp_path / 'state' / 'pgdata'}"
+    assert wait_for(lambda: finished(dsn, "manifesto.txt"), what="embedded ingest") == "done"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 0, output_of(proc)
+    assert not (tmp_path / "state" / "pgdata" / "postmaster.pid").exists(), "embedded server left running"
+    assert (tmp_path / "state" / "pgdata" / "PG_VERSION").exists(), "data kept for the next start"
