@@ -64,14 +64,14 @@ def _errors():
 def _prepare(settings: Settings, dsn: str):
     """Migrate, load the embedder, check it against the database; returns the pipeline."""
     from connector.db.database import connect, ensure_embedding_model, migrate
-    from connector.embedders import load
+    from connector.embedders import embedder_class, load
     from connector.pipeline import Pipeline
 
     migrate(dsn, settings.embedding_dim)
-    embedder = load(settings.embedder, settings.embed_batch_size)
     with connect(dsn) as conn:
-        ensure_embedding_model(conn, embedder)
-    return Pipeline(settings, embedder)
+        # Checked before the model is loaded: a mismatch stops at once, having written nothing.
+        ensure_embedding_model(conn, embedder_class(settings.embedder))
+    return Pipeline(settings, load(settings.embedder, settings.embed_batch_size))
 
 
 @app.command()

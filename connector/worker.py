@@ -52,11 +52,12 @@ class Worker:
             self._fail(row, f"internal error: {type(exc).__name__}: {exc}")
             return "failed"
         log.info(
-            "done %s: %s, %d chunks, score %.3f",
+            "done %s: %s, %d chunks, score %.3f (%s)",
             row.source_key,
             outcome.winner.candidate.strategy,
             len(outcome.chunks),
             outcome.winner.score,
+            ", ".join(f"{stage} {ms:.0f} ms" for stage, ms in outcome.timings.items()),
             extra=context,
         )
         return "done"

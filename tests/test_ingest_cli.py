@@ -176,3 +176,15 @@ def test_migrate_and_status_commands(tmp_path: Path, dsn: str) -> None:
     assert "broken-row" in status.stdout and "neither content" in status.stdout
     lines = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in status.stdout.splitlines()[3:7]}
     assert lines == {"pending": "0", "processing": "0", "done": "1", "failed": "1"}
+
+
+def test_another_embedding_model_is_refused_before_anything_is_written(tmp_path: Path, dsn: str, corpus: Path) -> None:
+    assert ingest(tmp_path, dsn, corpus / "dockerfile-reference.md").returncode == 0
+    with psycopg.connect(dsn) as conn:
+        before = conn.execute("SELECT count(*), max(updated_at) FROM connector.documents").fetchone()
+    result = ingest(tmp_path, dsn, corpus, embedder="minilm")
+    assert result.returncode == 2
+    assert "fake-bow-384" in result.stderr and "all-MiniLM-L6-v2" in result.stderr
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*), max(updated_at) FROM connector.documents").fetchone() == before
+        assert conn.execute("SELECT name FROM connector.embedding_model").fetchall() == [("fake-bow-384",)]

@@ -105,7 +105,7 @@ def migrate(dsn: str, embedding_dim: int, revision: str = "head", *, downgrade: 
         engine.dispose()
 
 
-def ensure_embedding_model(conn: psycopg.Connection, embedder: Embedder) -> None:
+def ensure_embedding_model(conn: psycopg.Connection, embedder: Embedder | type) -> None:
     """Record the embedding model on first use; refuse, writing nothing, when the database serves another one."""
     try:
         column_dim = conn.execute(queries.EMBEDDING_COLUMN_DIM).fetchone()

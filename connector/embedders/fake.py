@@ -20,6 +20,9 @@ class FakeEmbedder:
     name = "fake-bow-384"
     dim = 384
 
+    def __init__(self, batch_size: int = 0):  # same signature as the real models; batching is moot here
+        pass
+
     def embed(self, texts: list[str]) -> Embeddings:
         vectors = np.zeros((len(texts), self.dim), dtype=np.float64)
         for i, text in enumerate(texts):
