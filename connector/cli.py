@@ -126,6 +126,7 @@ def ingest(
         else:
             console.print(f"[yellow]skipped[/yellow] {p}: not a supported file (.md, .txt, .rst, .pdf)")
     results: dict[str, int] = {"done": 0, "unchanged": 0, "failed": 0, "busy": 0}
+    failed_ids: list[int] = []
     with _errors(), database(settings) as url:
         pipeline = _prepare(settings, url)
         with connect(url, autocommit=True) as conn:
@@ -139,12 +140,13 @@ def ingest(
                     doc_id = store.enqueue_file(ref.key, ref.path.resolve(), ref.mime, sha256_file(ref.path))
                     outcome = "unchanged" if doc_id is None else (worker.process_id(doc_id) or "busy")
                     results[outcome] += 1
+                    if outcome == "failed":
+                        failed_ids.append(doc_id)
                     progress.advance(task)
-            failures = store.status().failures
+            failures = store.errors(failed_ids)
     console.print(", ".join(f"{n} {k}" for k, n in results.items() if n) or "nothing to ingest")
-    for doc_id, _source, key, _attempts, error, _at in failures:
-        if any(r.key == key for r in refs):
-            console.print(f"[red]failed[/red] {key} (document {doc_id}): {error}")
+    for doc_id, key, error in failures:
+        console.print(f"[red]failed[/red] {key} (document {doc_id}): {error}")
     if results["failed"]:
         raise typer.Exit(1)
 

@@ -104,3 +104,5 @@ LAST_ERRORS = """
 SELECT id, source, source_key, attempts, last_error, updated_at FROM connector.documents
 WHERE status = 'failed' ORDER BY updated_at DESC LIMIT %s
 """
+
+ERRORS_OF = "SELECT id, source_key, last_error FROM connector.documents WHERE id = ANY(%s) ORDER BY id"

@@ -150,6 +150,11 @@ class Store:
         with self.conn.transaction():
             self.conn.execute(queries.MARK_FAILED, {"id": document_id, "error": error[:4000]})
 
+    def errors(self, document_ids: list[int]) -> list[tuple[int, str, str | None]]:
+        """(id, source_key, last_error) of the given documents."""
+        with self.conn.transaction():
+            return self.conn.execute(queries.ERRORS_OF, (document_ids,)).fetchall()
+
     def status(self, last: int = 10) -> StatusReport:
         with self.conn.transaction():
             counts = dict(self.conn.execute(queries.STATUS_COUNTS).fetchall())
