@@ -90,16 +90,24 @@ def run(
     stop = threading.Event()
 
     def _stop(signum, _frame):
-        logging.getLogger("connector").info("received %s, stopping", signal.Signals(signum).name)
+        if stop.is_set():  # second signal: stop now; the document in hand goes back to the queue
+            raise KeyboardInterrupt
+        logging.getLogger("connector").info(
+            "received %s, stopping after the current document (again to stop at once)", signal.Signals(signum).name
+        )
         stop.set()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    with _errors(), database(settings) as url:
-        pipeline = _prepare(settings, url)
-        console.print(f"[green]connector running[/green]; drop files into {settings.watch_dir.resolve()}")
-        console.print(f"query the chunks with: {psql_command(url)}")
-        sidecar.run(settings, url, pipeline, stop)
+    try:
+        with _errors(), database(settings) as url:
+            pipeline = _prepare(settings, url)
+            console.print(f"[green]connector running[/green]; drop files into {settings.watch_dir.resolve()}")
+            console.print(f"query the chunks with: {psql_command(url)}")
+            sidecar.run(settings, url, pipeline, stop)
+    except KeyboardInterrupt:
+        console.print("stopped at once; the document in progress was returned to the queue")
+        raise typer.Exit(130) from None
 
 
 @app.command()
@@ -118,35 +126,48 @@ def ingest(
     _logging(verbose)
     settings = _settings(dsn, embedder=embedder)
     refs: list[FileRef] = []
+    roots: list[Path] = []
     for p in paths:
         if p.is_dir():
             refs.extend(walk(p))
+            roots.append(p)
         elif (ref := file_ref(p.parent, p)) is not None:
             refs.append(ref)
+            roots.append(p.parent)
         else:
             console.print(f"[yellow]skipped[/yellow] {p}: not a supported file (.md, .txt, .rst, .pdf)")
-    results: dict[str, int] = {"done": 0, "unchanged": 0, "failed": 0, "busy": 0}
-    failed_ids: list[int] = []
+    if clashes := sorted({r.key for r in refs if sum(o.key == r.key for o in refs) > 1}):
+        console.print(
+            f"[red]error:[/red] several files would share the key {', '.join(clashes)}: ingest them separately"
+        )
+        raise typer.Exit(2)
+    results: dict[str, int] = {"done": 0, "unchanged": 0, "failed": 0, "superseded": 0}
+    failed: list[tuple[str, str]] = []
     with _errors(), database(settings) as url:
         pipeline = _prepare(settings, url)
         with connect(url, autocommit=True) as conn:
             store = Store(conn)
-            worker = Worker(conn, pipeline, settings.lease_seconds)
+            worker = Worker(conn, pipeline, settings.lease_seconds, roots)
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
             with Progress(*columns, console=console) as progress:
                 task = progress.add_task("ingesting", total=len(refs))
                 for ref in refs:
                     progress.update(task, description=ref.key)
-                    doc_id = store.enqueue_file(ref.key, ref.path.resolve(), ref.mime, sha256_file(ref.path))
-                    outcome = "unchanged" if doc_id is None else (worker.process_id(doc_id) or "busy")
+                    try:
+                        digest = sha256_file(ref.path)
+                    except OSError as exc:
+                        results["failed"] += 1
+                        failed.append((ref.key, f"cannot read: {exc.strerror}"))
+                        continue
+                    row = store.ingest_file(ref.key, ref.path.resolve(), ref.mime, digest, settings.lease_seconds)
+                    outcome = "unchanged" if row is None else worker.process(row)
                     results[outcome] += 1
                     if outcome == "failed":
-                        failed_ids.append(doc_id)
+                        failed.extend((key, error or "") for _, key, error in store.errors([row.id]))
                     progress.advance(task)
-            failures = store.errors(failed_ids)
     console.print(", ".join(f"{n} {k}" for k, n in results.items() if n) or "nothing to ingest")
-    for doc_id, key, error in failures:
-        console.print(f"[red]failed[/red] {key} (document {doc_id}): {error}")
+    for key, error in failed:
+        console.print(f"[red]failed[/red] {key}: {error}")
     if results["failed"]:
         raise typer.Exit(1)
 

@@ -21,7 +21,7 @@ NOTIFY_CHANNEL = "connector_documents"
 class ChunkingSettings(BaseSettings):
     """Token thresholds of the candidates and guards (algorithm-spec §2–3)."""
 
-    model_config = SettingsConfigDict(env_prefix="CONNECTOR_CHUNK_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="CONNECTOR_CHUNK_", env_file=".env", extra="ignore")
 
     strategies: tuple[str, ...] = ("page", "recursive_1100")
     max_tokens: int = Field(1100, description="Oversize guard: a chunk above this is re-split.")
@@ -33,7 +33,7 @@ class ChunkingSettings(BaseSettings):
 class ScoringSettings(BaseSettings):
     """Weights of the five metrics; renormalised over the metrics that are defined for a candidate."""
 
-    model_config = SettingsConfigDict(env_prefix="CONNECTOR_WEIGHT_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="CONNECTOR_WEIGHT_", env_file=".env", extra="ignore")
 
     rc: float = 0.2
     icc: float = 0.2

@@ -41,6 +41,25 @@ def test_tiny_last_chunk_merges_into_previous() -> None:
     assert len(out) == 1 and out[0].text.endswith("The end.")
 
 
+def test_tiny_chunk_prefers_the_next_chunk_over_the_previous() -> None:
+    text = "alpha " * 300 + "\n\nTiny middle.\n\n" + "omega " * 300
+    tiny = text.index("Tiny middle.")
+    chunks = chunks_at(text, [tiny, text.index("omega")])
+    out = guards.apply(text, chunks, CFG)
+    assert len(out) == 2
+    assert out[0] == chunks[0], "the previous chunk is left alone"
+    assert out[1].start == tiny and out[1].text.startswith("Tiny middle.")
+
+
+def test_tiny_chunk_falls_back_to_the_previous_chunk_when_the_next_is_too_big() -> None:
+    text = "alpha " * 300 + "\n\nTiny middle.\n\n" + "omega " * 1148
+    chunks = chunks_at(text, [text.index("Tiny middle."), text.index("omega")])
+    out = guards.apply(text, chunks, ChunkingSettings(max_tokens=5000))
+    assert len(out) == 2
+    assert out[0].start == 0 and out[0].text.endswith("Tiny middle.")
+    assert out[1] == chunks[2]
+
+
 def test_tiny_chunk_stays_when_no_merge_fits() -> None:
     text = "word " * 1149 + "\n\nTiny.\n\n" + "word " * 1149
     chunks = chunks_at(text, [text.index("Tiny."), text.index("word", text.index("Tiny."))])
@@ -76,6 +95,16 @@ def test_block_integrity_counts_each_cut_block_once_with_tolerance() -> None:
     at_boundary = [Chunk(0, 102, "", 1), Chunk(102, 300, "", 1)]
     assert block_integrity(blocks, at_boundary) == 1.0
     assert block_integrity([], whole) is None
+
+
+@pytest.mark.parametrize(
+    ("cut", "broken"),
+    [(105, False), (106, True), (194, True), (195, False)],  # block [100, 200): more than 5 chars on each side
+)
+def test_block_integrity_tolerance_edges(cut: int, broken: bool) -> None:
+    blocks = [Block(100, 200)]
+    chunks = [Chunk(0, cut, "", 1), Chunk(cut, 300, "", 1)]
+    assert block_integrity(blocks, chunks) == (0.0 if broken else 1.0)
 
 
 def test_weighted_score_renormalises_over_defined_metrics() -> None:

@@ -188,3 +188,27 @@ def test_another_embedding_model_is_refused_before_anything_is_written(tmp_path:
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*), max(updated_at) FROM connector.documents").fetchone() == before
         assert conn.execute("SELECT name FROM connector.embedding_model").fetchall() == [("fake-bow-384",)]
+
+
+def test_relative_paths_are_ingested(tmp_path: Path, dsn: str, corpus: Path) -> None:
+    ok = ingest(tmp_path, dsn, Path("docs"), Path("docs/legal/apache-2.0.txt"))  # cwd is tmp_path
+    assert ok.returncode == 0 and "4 done" in ok.stderr, ok.stderr
+    with psycopg.connect(dsn) as conn:
+        assert set(documents(conn)) == {
+            "legal/apache-2.0.txt",
+            "legal/lppl-1.3c.pdf",
+            "dockerfile-reference.md",
+            "apache-2.0.txt",
+        }
+
+
+def test_files_that_would_share_a_key_are_refused_before_anything_is_written(tmp_path: Path, dsn: str) -> None:
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        shutil.copy(FIXTURES / "debian-manifesto.txt", tmp_path / name / "README.txt")
+    result = ingest(tmp_path, dsn, tmp_path / "a", tmp_path / "b")
+    assert result.returncode == 2
+    assert "share the key README.txt" in result.stderr
+    with psycopg.connect(dsn) as conn:
+        tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'connector'").fetchone()
+        assert tables == (0,), "refused before even migrating"

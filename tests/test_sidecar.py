@@ -14,7 +14,8 @@ import pytest
 from tests.conftest import FIXTURES, output_of, wait_for
 from tests.dbchecks import assert_consistent, documents
 
-SIDECAR_ENV = {"CONNECTOR_SETTLE_SECONDS": "0.5", "CONNECTOR_POLL_INTERVAL": "1"}
+# The poll is a minute away: within a test, only LISTEN/NOTIFY can wake the worker.
+SIDECAR_ENV = {"CONNECTOR_SETTLE_SECONDS": "0.5", "CONNECTOR_POLL_INTERVAL": "60"}
 
 
 def status_of(dsn: str, key: str) -> str | None:
@@ -70,10 +71,11 @@ def test_folder_drops_become_chunks(sidecar, migrated_dsn: str, tmp_path: Path) 
     assert wait_for(lambda: finished(dsn, "corrupt.pdf"), what="corrupt pdf") == "failed"
     shutil.copy(FIXTURES / "apache-2.0.txt", inbox / "after-corrupt.txt")
     assert wait_for(lambda: finished(dsn, "after-corrupt.txt"), what="file after corrupt") == "done"
+    time.sleep(2)  # long enough for any event our own reads might cause to settle and requeue the file
 
     with psycopg.connect(dsn) as conn:
         docs = documents(conn)
-        assert docs["slow.pdf"][2] == 1, "a slow copy is read once, whole"
+        assert all(attempts == 1 for _, _, attempts, _ in docs.values()), "each file is processed once"
         assert "PDF" in docs["corrupt.pdf"][3]
         assert_consistent(conn)
         assert (

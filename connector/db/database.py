@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from connector.db import queries
 from connector.embedders import Embedder
@@ -23,14 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def redact(dsn: str) -> str:
-    """The DSN with its password replaced, for logs and messages."""
-    if "://" in dsn:
-        parts = urlsplit(dsn)
-        if parts.password:
-            netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-            return urlunsplit(parts._replace(netloc=netloc))
-        return dsn
-    return re.sub(r"password\s*=\s*\S+", "password=***", dsn)
+    """The DSN without its password, in key=value form, for logs and messages (and a psql command line)."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparsable DSN>"
+    params.pop("password", None)
+    return make_conninfo(**params)
 
 
 def sqlalchemy_engine(dsn: str):

@@ -9,20 +9,37 @@ SELECT_EMBEDDING_MODEL = "SELECT name, dim FROM connector.embedding_model"
 
 INSERT_EMBEDDING_MODEL = "INSERT INTO connector.embedding_model (name, dim) VALUES (%s, %s)"
 
-# A file is (re)queued when it is new, its bytes differ from the ones its chunks were made from, or it failed before.
+# A watched file is (re)queued when it is new, when its bytes differ from those its chunks came from (or from those
+# that failed last time), or when it changed while being processed (the running worker's result will not mark it done).
 ENQUEUE_FILE = """
 INSERT INTO connector.documents AS d (source, source_key, title, mime_type, file_path, status)
 VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'pending')
 ON CONFLICT (source, source_key) DO UPDATE
     SET status = 'pending', mime_type = EXCLUDED.mime_type, file_path = EXCLUDED.file_path, updated_at = now()
-    WHERE d.content_hash IS DISTINCT FROM %(hash)s OR d.status = 'failed'
+    WHERE d.status = 'processing'
+       OR (d.status = 'failed' AND d.failed_hash IS DISTINCT FROM %(hash)s)
+       OR (d.status IN ('pending', 'done') AND d.content_hash IS DISTINCT FROM %(hash)s)
 RETURNING id
 """
 
-_CLAIMED_COLUMNS = "id, source, source_key, title, content, content_bytes, mime_type, file_path, content_hash"
+_CLAIMED_COLUMNS = "id, source, source_key, title, content, content_bytes, mime_type, file_path, content_hash, attempts"
+
+# `connector ingest`: queue and claim in one statement, so no running sidecar takes the file in between. Failed
+# documents are retried (the user asked for it); documents stored with these exact bytes are left alone.
+INGEST_FILE = f"""
+INSERT INTO connector.documents AS d
+    (source, source_key, title, mime_type, file_path, status, attempts, lease_expires_at)
+VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'processing', 1, now() + make_interval(secs => %(lease)s))
+ON CONFLICT (source, source_key) DO UPDATE
+    SET status = 'processing', attempts = d.attempts + 1, lease_expires_at = EXCLUDED.lease_expires_at,
+        mime_type = EXCLUDED.mime_type, file_path = EXCLUDED.file_path, updated_at = now()
+    WHERE NOT (d.status = 'done' AND d.content_hash = %(hash)s)
+RETURNING {_CLAIMED_COLUMNS}
+"""
 
 # Pending rows, and rows whose claim lease ran out (their worker died), oldest first; SKIP LOCKED lets any number
-# of workers claim concurrently without waiting on each other.
+# of workers claim concurrently without waiting on each other. `attempts` doubles as the claim token: a worker's
+# writes only land while the row still carries the attempt number it claimed.
 CLAIM_NEXT = f"""
 UPDATE connector.documents
 SET status = 'processing', attempts = attempts + 1, updated_at = now(),
@@ -37,17 +54,7 @@ WHERE id = (
 RETURNING {_CLAIMED_COLUMNS}
 """
 
-CLAIM_ID = f"""
-UPDATE connector.documents
-SET status = 'processing', attempts = attempts + 1, updated_at = now(),
-    lease_expires_at = now() + make_interval(secs => %(lease)s)
-WHERE id = (
-    SELECT id FROM connector.documents WHERE id = %(id)s AND status = 'pending' FOR UPDATE SKIP LOCKED
-)
-RETURNING {_CLAIMED_COLUMNS}
-"""
-
-LOCK_DOCUMENT = "SELECT status FROM connector.documents WHERE id = %s FOR UPDATE"
+LOCK_DOCUMENT = "SELECT attempts FROM connector.documents WHERE id = %s FOR UPDATE"
 
 DELETE_CHUNKS = "DELETE FROM connector.chunks WHERE document_id = %s"
 
@@ -78,24 +85,30 @@ VALUES (%(document_id)s, %(strategy)s, %(params)s, %(chunk_count)s, %(rc)s, %(ic
 MARK_DONE = """
 UPDATE connector.documents
 SET status = CASE WHEN status = 'pending' THEN 'pending' ELSE 'done' END,
-    markdown = %(markdown)s, content_hash = %(hash)s, strategy = %(strategy)s, score = %(score)s,
-    last_error = NULL, lease_expires_at = NULL, processed_at = now(), updated_at = now(),
+    markdown = %(markdown)s, content_hash = %(hash)s, failed_hash = NULL, strategy = %(strategy)s,
+    score = %(score)s, last_error = NULL, lease_expires_at = NULL, processed_at = now(), updated_at = now(),
     metadata = metadata || %(metadata)s
-WHERE id = %(id)s
+WHERE id = %(id)s AND attempts = %(token)s
 """
 
 MARK_UNCHANGED = """
 UPDATE connector.documents
 SET status = CASE WHEN status = 'pending' THEN 'pending' ELSE 'done' END,
-    last_error = NULL, lease_expires_at = NULL, updated_at = now()
-WHERE id = %s
+    failed_hash = NULL, last_error = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = %(id)s AND attempts = %(token)s
 """
 
 MARK_FAILED = """
 UPDATE connector.documents
 SET status = CASE WHEN status = 'pending' THEN 'pending' ELSE 'failed' END,
-    last_error = %(error)s, lease_expires_at = NULL, updated_at = now()
-WHERE id = %(id)s
+    failed_hash = %(hash)s, last_error = %(error)s, lease_expires_at = NULL, updated_at = now()
+WHERE id = %(id)s AND attempts = %(token)s
+"""
+
+# A worker that stops mid-document hands it back at once instead of leaving it to the lease.
+RELEASE = """
+UPDATE connector.documents SET status = 'pending', lease_expires_at = NULL, updated_at = now()
+WHERE id = %(id)s AND attempts = %(token)s AND status = 'processing'
 """
 
 STATUS_COUNTS = "SELECT status, count(*) FROM connector.documents GROUP BY status ORDER BY status"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,14 +28,21 @@ class ClaimedRow:
     mime_type: str | None
     file_path: str | None
     content_hash: str | None  # hash of the bytes the stored chunks came from, if any
+    attempts: int  # the claim token: our writes land only while the row still carries it
 
-    def load(self) -> SourceDocument:
-        """Read the document's bytes: the file for folder rows, the row's own columns for SQL rows."""
+    def load(self, roots: Sequence[Path]) -> SourceDocument:
+        """Read the document's bytes: the file for folder rows, the row's own columns for SQL rows.
+
+        A folder row's file is read only when it lies under one of `roots` (the folders this process was told to
+        read): anyone who can insert a row must not be able to make the sidecar read arbitrary local files."""
         if self.source == "folder":
             if not self.file_path:
                 raise DocumentError("folder document has no file path")
+            real = Path(self.file_path).resolve()
+            if not any(real.is_relative_to(root.resolve()) for root in roots):
+                raise DocumentError(f"{self.file_path} is outside the folders this connector reads")
             try:
-                data = Path(self.file_path).read_bytes()
+                data = real.read_bytes()
             except FileNotFoundError:
                 raise DocumentError(f"file no longer exists: {self.file_path}") from None
             except OSError as exc:
@@ -83,19 +91,23 @@ class Store:
             row = self.conn.execute(queries.CLAIM_NEXT, {"lease": lease_seconds}).fetchone()
         return ClaimedRow(*row) if row else None
 
-    def claim(self, document_id: int, lease_seconds: int) -> ClaimedRow | None:
+    def ingest_file(self, key: str, path: Path, mime: str, content_hash: str, lease_seconds: int) -> ClaimedRow | None:
+        """Queue a file and claim it for this process at once; None when it is stored with these exact bytes."""
+        params = {"key": key, "title": path.name, "mime": mime, "path": str(path), "hash": content_hash}
         with self.conn.transaction():
-            row = self.conn.execute(queries.CLAIM_ID, {"id": document_id, "lease": lease_seconds}).fetchone()
+            row = self.conn.execute(queries.INGEST_FILE, {**params, "lease": lease_seconds}).fetchone()
         return ClaimedRow(*row) if row else None
 
-    def write(self, source: SourceDocument, outcome: Outcome) -> None:
+    def write(self, row: ClaimedRow, source: SourceDocument, outcome: Outcome) -> bool:
         """Replace the document's chunks and candidates and mark it done, all in one transaction: a reader sees the
-        old chunks or the new ones, never a mix and never none."""
-        doc_id = source.id
+        old chunks or the new ones, never a mix and never none. False (nothing written) when the row was deleted
+        or claimed by another worker since we claimed it."""
+        doc_id = row.id
         n = len(outcome.chunks)
         with self.conn.transaction():
-            if self.conn.execute(queries.LOCK_DOCUMENT, (doc_id,)).fetchone() is None:
-                return  # deleted while we worked: nothing to attach the chunks to
+            locked = self.conn.execute(queries.LOCK_DOCUMENT, (doc_id,)).fetchone()
+            if locked is None or locked[0] != row.attempts:
+                return False
             self.conn.execute(queries.DELETE_CHUNKS, (doc_id,))
             self.conn.execute(queries.DELETE_CANDIDATES, (doc_id,))
             ids = [r[0] for r in self.conn.execute(queries.ALLOCATE_CHUNK_IDS, (n,))]
@@ -134,6 +146,7 @@ class Store:
                 queries.MARK_DONE,
                 {
                     "id": doc_id,
+                    "token": row.attempts,
                     "markdown": outcome.document.markdown,
                     "hash": source.content_hash,
                     "strategy": strategy,
@@ -141,14 +154,20 @@ class Store:
                     "metadata": Jsonb({"pages": len(outcome.document.page_starts) or None}),
                 },
             )
+        return True
 
-    def mark_unchanged(self, document_id: int) -> None:
+    def mark_unchanged(self, row: ClaimedRow) -> None:
         with self.conn.transaction():
-            self.conn.execute(queries.MARK_UNCHANGED, (document_id,))
+            self.conn.execute(queries.MARK_UNCHANGED, {"id": row.id, "token": row.attempts})
 
-    def mark_failed(self, document_id: int, error: str) -> None:
+    def mark_failed(self, row: ClaimedRow, error: str, content_hash: str | None) -> None:
         with self.conn.transaction():
-            self.conn.execute(queries.MARK_FAILED, {"id": document_id, "error": error[:4000]})
+            params = {"id": row.id, "token": row.attempts, "error": error[:4000], "hash": content_hash}
+            self.conn.execute(queries.MARK_FAILED, params)
+
+    def release(self, row: ClaimedRow) -> None:
+        with self.conn.transaction():
+            self.conn.execute(queries.RELEASE, {"id": row.id, "token": row.attempts})
 
     def errors(self, document_ids: list[int]) -> list[tuple[int, str, str | None]]:
         """(id, source_key, last_error) of the given documents."""

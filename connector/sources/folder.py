@@ -16,12 +16,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+import psycopg
+from watchdog.events import (
+    EVENT_TYPE_CLOSED,
+    EVENT_TYPE_CREATED,
+    EVENT_TYPE_MODIFIED,
+    EVENT_TYPE_MOVED,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 from connector.convert import mime_for_path
 from connector.db.database import connect
 from connector.db.store import Store
+from connector.errors import TransientError
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +48,10 @@ class FileRef:
 
 def file_ref(root: Path, path: Path) -> FileRef | None:
     """The queueable file at `path`, or None for hidden, temporary, unsupported or escaping paths."""
-    root = root.resolve()
+    # abspath, not resolve: a symlinked root or file must keep its name here; escaping links are checked below.
+    root = Path(os.path.abspath(root))
     try:
-        rel = path.absolute().relative_to(root) if path.is_absolute() else path
+        rel = Path(os.path.abspath(path)).relative_to(root)
     except ValueError:
         return None
     if any(part.startswith(".") for part in rel.parts) or rel.name.endswith(TEMPORARY_SUFFIXES):
@@ -51,7 +61,7 @@ def file_ref(root: Path, path: Path) -> FileRef | None:
         return None
     full = root / rel
     real = full.resolve()
-    if real != full and not real.is_relative_to(root):
+    if not real.is_relative_to(root.resolve()):
         log.warning("refusing %s: symlink points outside the watched folder", rel)
         return None
     if not real.is_file():
@@ -76,12 +86,17 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+# Events that mean "the content may have changed". Opening and closing without writing are left out: our own reads
+# (hashing, converting) would otherwise re-trigger the file forever.
+_CONTENT_EVENTS = {EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED, EVENT_TYPE_CLOSED}
+
+
 class _Events(FileSystemEventHandler):
     def __init__(self, watcher: FolderWatcher):
         self.watcher = watcher
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.is_directory:
+        if event.is_directory or event.event_type not in _CONTENT_EVENTS:
             return
         for p in (event.src_path, getattr(event, "dest_path", "")):
             if p:
@@ -122,14 +137,24 @@ class FolderWatcher:
             self._pending[path] = (time.monotonic(), None)
 
     def _settle_loop(self) -> None:
-        with connect(self.dsn, autocommit=True) as conn:
-            store = Store(conn)
-            while not self._stop.wait(0.2):
-                for path in self._settled():
-                    try:
-                        self._queue(store, path)
-                    except Exception:  # keep watching; the next event or restart scan queues it again
-                        log.exception("could not queue %s", path)
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                with connect(self.dsn, autocommit=True) as conn:
+                    store = Store(conn)
+                    backoff = 1.0
+                    while not self._stop.wait(0.2):
+                        for path in self._settled():
+                            try:
+                                self._queue(store, path)
+                            except psycopg.OperationalError:
+                                raise
+                            except Exception:  # one odd file must not stop the watcher
+                                log.exception("could not queue %s", path)
+            except (psycopg.OperationalError, TransientError) as exc:
+                log.warning("watcher lost the database (%s); retrying in %.0f s", exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
 
     def _settled(self) -> list[Path]:
         now = time.monotonic()
@@ -158,7 +183,11 @@ class FolderWatcher:
         except OSError as exc:
             log.warning("cannot read %s: %s", ref.key, exc)
             return
-        doc_id = store.enqueue_file(ref.key, ref.path, ref.mime, digest)
+        try:
+            doc_id = store.enqueue_file(ref.key, ref.path, ref.mime, digest)
+        except psycopg.OperationalError:
+            self.touch(path)  # keep it: queued once the connection is back
+            raise
         if doc_id is not None:
             self.queued += 1
             log.info("queued %s (document %d)", ref.key, doc_id)

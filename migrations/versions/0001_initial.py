@@ -46,6 +46,7 @@ def upgrade() -> None:
             mime_type        text,
             file_path        text,
             content_hash     text,
+            failed_hash      text,
             markdown         text,
             status           text NOT NULL DEFAULT 'pending'
                              CHECK (status IN ('pending', 'processing', 'done', 'failed')),

@@ -1,0 +1,113 @@
+"""The store's guarantees, in-process against a real Postgres: atomic replacement, claim tokens, file roots."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from connector.db.database import connect, redact
+from connector.db.store import Store
+from connector.embedders import load
+from connector.errors import DocumentError
+from connector.pipeline import Pipeline
+from connector.settings import Settings
+from connector.worker import Worker
+from tests.conftest import FIXTURES
+
+
+def _pipeline(settings: Settings) -> Pipeline:
+    return Pipeline(settings, load("fake"))
+
+
+def test_readers_see_the_old_chunks_or_the_new_ones_never_a_mix(settings: Settings, tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    path = folder / "doc.txt"
+    versions = [(FIXTURES / "apache-2.0.txt").read_text(), (FIXTURES / "debian-manifesto.txt").read_text() * 3]
+    dsn = settings.dsn.get_secret_value()
+    seen: list[tuple[str, ...]] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                rows = conn.execute("SELECT text FROM connector.chunks ORDER BY document_id, ordinal").fetchall()
+                seen.append(tuple(r[0] for r in rows))
+
+    expected: list[tuple[str, ...]] = []
+    with connect(dsn, autocommit=True) as conn:
+        store, worker = Store(conn), Worker(conn, _pipeline(settings), 60, [folder])
+        reader = threading.Thread(target=read)
+        for i in range(6):
+            path.write_text(versions[i % 2])
+            row = store.ingest_file("doc.txt", path, "text/plain", f"hash-{i}", 60)
+            assert worker.process(row) == "done"
+            texts = tuple(r[0] for r in conn.execute("SELECT text FROM connector.chunks ORDER BY ordinal"))
+            expected.append(texts)
+            if i == 0:
+                reader.start()
+        stop.set()
+        reader.join()
+    assert len(set(expected)) == 2 and len(seen) > 10
+    assert () not in seen, "a reader saw the document without chunks during a replacement"
+    assert set(seen) == set(expected), "a reader saw a mixture of two versions (or never saw both)"
+
+
+def test_a_result_from_a_stale_claim_is_dropped(settings: Settings, tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    path = folder / "doc.txt"
+    path.write_text((FIXTURES / "apache-2.0.txt").read_text())
+    dsn = settings.dsn.get_secret_value()
+    with connect(dsn, autocommit=True) as a, connect(dsn, autocommit=True) as b:
+        first = Store(a).ingest_file("doc.txt", path, "text/plain", "h1", 60)
+        second = Store(b).ingest_file("doc.txt", path, "text/plain", "h2", 60)  # e.g. after the lease ran out
+        assert second.attempts == first.attempts + 1
+        assert Worker(a, _pipeline(settings), 60, [folder]).process(first) == "superseded"
+        assert a.execute("SELECT count(*) FROM connector.chunks").fetchone() == (0,)
+        assert Worker(b, _pipeline(settings), 60, [folder]).process(second) == "done"
+        assert a.execute("SELECT status FROM connector.documents").fetchone() == ("done",)
+
+
+def test_folder_rows_are_read_only_under_the_workers_roots(settings: Settings, tmp_path: Path, db) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("CONNECTOR_DSN=postgresql://admin:hunter2@db/prod\n" * 20)
+    db.execute(
+        "INSERT INTO connector.documents (source, source_key, file_path) VALUES ('folder', 'x.txt', %s)",
+        (str(secret),),
+    )
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        worker = Worker(conn, _pipeline(settings), 60, [inbox])
+        assert worker.drain(threading.Event()) == 1
+    status, error, chunks = db.execute(
+        "SELECT status, last_error, (SELECT count(*) FROM connector.chunks) FROM connector.documents"
+    ).fetchone()
+    assert (status, chunks) == ("failed", 0)
+    assert "outside the folders this connector reads" in error
+
+
+def test_claimed_row_refuses_a_path_outside_its_roots(tmp_path: Path) -> None:
+    from connector.db.store import ClaimedRow
+
+    row = ClaimedRow(1, "folder", "k", None, None, None, "text/plain", "/etc/hostname", None, 1)
+    with pytest.raises(DocumentError, match="outside the folders"):
+        row.load([tmp_path])
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://user:s3cret@db.example:5432/app",
+        "postgresql://user@db.example/app?password=s3cret",
+        "host=db.example password='s3cret and more' dbname=app",
+    ],
+)
+def test_redact_never_shows_the_password(dsn: str) -> None:
+    shown = redact(dsn)
+    assert "s3cret" not in shown and "more" not in shown
+    assert "db.example" in shown
