@@ -13,19 +13,25 @@ from connector.chunkers import Chunker
 from connector.errors import NotApplicable
 from connector.models import Candidate, Document
 from connector.settings import ChunkingSettings
+from connector.timing import NULL_TIMER, Timer
 
 log = logging.getLogger(__name__)
 
 
-def generate(document: Document, chunkers: list[Chunker], settings: ChunkingSettings) -> list[Candidate]:
-    return [_one(document, chunker, settings) for chunker in chunkers]
+def generate(
+    document: Document, chunkers: list[Chunker], settings: ChunkingSettings, timer: Timer = NULL_TIMER
+) -> list[Candidate]:
+    return [_one(document, chunker, settings, timer) for chunker in chunkers]
 
 
-def _one(document: Document, chunker: Chunker, settings: ChunkingSettings) -> Candidate:
+def _one(document: Document, chunker: Chunker, settings: ChunkingSettings, timer: Timer) -> Candidate:
     t0 = time.perf_counter()
     try:
-        raw = chunker.split(document)
-        chunks = tuple(guards.apply(document.markdown, raw, settings))
+        with timer("candidates"):
+            raw = chunker.split(document)
+        with timer("guards"):
+            # `guards=False` exists for baselines measured as the field runs them (e.g. LangChain's defaults).
+            chunks = tuple(guards.apply(document.markdown, raw, settings) if settings.guards else raw)
     except NotApplicable as exc:
         return Candidate(chunker.name, (), chunker.params, _ms(t0), error=f"skipped: {exc}")
     except Exception as exc:  # one broken strategy must not sink the document

@@ -38,9 +38,10 @@ def _settings(dsn: str | None = None, **overrides) -> Settings:
     return Settings.model_validate({**settings.model_dump(), **update}) if update else settings
 
 
-def _logging(verbose: bool) -> None:
+def _logging(verbose: bool, quiet: bool = False) -> None:
+    """INFO for the sidecar and ingest; `quiet` (eval, bench) keeps per-document lines out of the report."""
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
+        level=logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
@@ -119,56 +120,34 @@ def ingest(
 ) -> None:
     """Ingest files once and exit; the exit status is 1 if any document failed."""
     from connector.db.database import connect, database
-    from connector.db.store import Store
-    from connector.sources.folder import FileRef, file_ref, sha256_file, walk
-    from connector.worker import Worker
+    from connector.ingest import ingest as ingest_files
+    from connector.ingest import select
 
     _logging(verbose)
     settings = _settings(dsn, embedder=embedder)
-    refs: list[FileRef] = []
-    roots: list[Path] = []
-    for p in paths:
-        if p.is_dir():
-            refs.extend(walk(p))
-            roots.append(p)
-        elif (ref := file_ref(p.parent, p)) is not None:
-            refs.append(ref)
-            roots.append(p.parent)
-        else:
-            console.print(f"[yellow]skipped[/yellow] {p}: not a supported file (.md, .txt, .rst, .pdf)")
-    if clashes := sorted({r.key for r in refs if sum(o.key == r.key for o in refs) > 1}):
-        console.print(
-            f"[red]error:[/red] several files would share the key {', '.join(clashes)}: ingest them separately"
-        )
+    selection = select(paths)
+    for p in selection.skipped:
+        console.print(f"[yellow]skipped[/yellow] {p}: not a supported file (.md, .txt, .rst, .pdf)")
+    if selection.clashes:
+        keys = ", ".join(selection.clashes)
+        console.print(f"[red]error:[/red] several files would share the key {keys}: ingest them separately")
         raise typer.Exit(2)
-    results: dict[str, int] = {"done": 0, "unchanged": 0, "failed": 0, "superseded": 0}
-    failed: list[tuple[str, str]] = []
     with _errors(), database(settings) as url:
         pipeline = _prepare(settings, url)
         with connect(url, autocommit=True) as conn:
-            store = Store(conn)
-            worker = Worker(conn, pipeline, settings.lease_seconds, roots)
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
             with Progress(*columns, console=console) as progress:
-                task = progress.add_task("ingesting", total=len(refs))
-                for ref in refs:
-                    progress.update(task, description=ref.key)
-                    try:
-                        digest = sha256_file(ref.path)
-                    except OSError as exc:
-                        results["failed"] += 1
-                        failed.append((ref.key, f"cannot read: {exc.strerror}"))
-                        continue
-                    row = store.ingest_file(ref.key, ref.path.resolve(), ref.mime, digest, settings.lease_seconds)
-                    outcome = "unchanged" if row is None else worker.process(row)
-                    results[outcome] += 1
-                    if outcome == "failed":
-                        failed.extend((key, error or "") for _, key, error in store.errors([row.id]))
-                    progress.advance(task)
-    console.print(", ".join(f"{n} {k}" for k, n in results.items() if n) or "nothing to ingest")
-    for key, error in failed:
+                task = progress.add_task("ingesting", total=len(selection.refs))
+
+                def on_file(ref) -> None:
+                    progress.update(task, description=ref.key, advance=0 if ref is selection.refs[0] else 1)
+
+                report = ingest_files(conn, pipeline, selection, settings.lease_seconds, on_file)
+                progress.update(task, completed=len(selection.refs))
+    console.print(", ".join(f"{n} {k}" for k, n in report.counts.items() if n) or "nothing to ingest")
+    for key, error in report.failures:
         console.print(f"[red]failed[/red] {key}: {error}")
-    if results["failed"]:
+    if report.counts["failed"]:
         raise typer.Exit(1)
 
 
@@ -208,3 +187,139 @@ def status(dsn: DsnOption = None, last: Annotated[int, typer.Option(help="How ma
         for doc_id, source, key, attempts, error, at in report.failures:
             failures.add_row(str(doc_id), source, key, str(attempts), error or "", f"{at:%Y-%m-%d %H:%M:%S}")
         out.print(failures)
+
+
+@app.command("eval")
+def eval_(
+    qa_path: Annotated[Path, typer.Option("--qa", help="QA records, one JSON object per line.", exists=True)],
+    k: Annotated[int, typer.Option("--k", help="Chunks retrieved per question.")] = 5,
+    strategy: Annotated[
+        list[str] | None, typer.Option("--strategy", help="Strategy to force on every document (repeatable).")
+    ] = None,
+    docs: Annotated[
+        Path | None, typer.Option("--docs", help="Folder with the QA's documents (else: those already ingested).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    dsn: DsnOption = None,
+    embedder: EmbedderOption = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Retrieval recall@k and MRR of the adaptive choice versus each strategy forced on every document."""
+    import json
+
+    from connector import qa
+    from connector.db.database import database
+    from connector.evaluation import run_eval
+
+    _logging(verbose, quiet=True)
+    settings = _settings(dsn, embedder=embedder)
+    records = qa.load(qa_path)
+    strategies = list(strategy or settings.chunking.strategies)
+    with _errors(), database(settings) as url, console.status("evaluating") as status:
+        results, missing = run_eval(
+            settings, url, records, k, strategies, docs, lambda msg: status.update(f"evaluating: {msg}")
+        )
+    for name in missing:
+        console.print(f"[yellow]not found[/yellow] {name}: its questions are left out")
+    if as_json:
+        payload = {
+            "k": k,
+            "questions": sum(1 for r in records if r.doc not in missing),
+            "lenient_share": qa.LENIENT_SHARE,
+            "runs": [
+                {
+                    "name": r.name,
+                    "documents": r.documents,
+                    "chunks": r.chunks,
+                    "mean_tokens": round(r.mean_tokens, 1),
+                    "winners": r.winners,
+                    "scores": _scores_dict(r),
+                }
+                for r in results
+            ],
+        }
+        print(json.dumps(payload, indent=2))
+        return
+    kinds = sorted({kind for r in results for kind in r.scores} - {"all"})
+    table = Table(
+        "run", "docs", "chunks", "tokens", f"recall@{k}", "MRR", f"lenient@{k}", *(f"{kind}@{k}" for kind in kinds),
+        title=f"{results[0].scores['all'].questions} questions; lenient = {qa.LENIENT_SHARE:.0%} of the evidence",
+    )  # fmt: skip
+    for r in results:
+        s = r.scores["all"]
+        table.add_row(
+            r.name, str(r.documents), str(r.chunks), f"{r.mean_tokens:.0f}", f"{s.recall:.3f}", f"{s.mrr:.3f}",
+            f"{s.lenient_recall:.3f}", *(f"{r.scores[kind].recall:.3f}" if kind in r.scores else "-" for kind in kinds),
+        )  # fmt: skip
+    _report_console().print(table)
+    if results[0].winners:
+        console.print("adaptive winners: " + ", ".join(f"{n} {name}" for name, n in results[0].winners.items()))
+
+
+def _report_console() -> Console:
+    # Piped output gets 80 columns by default, which truncates the strategy names: reports are wide.
+    out = Console()
+    return out if out.is_terminal else Console(width=200)
+
+
+def _scores_dict(result) -> dict:
+    return {
+        kind: {"questions": s.questions, "recall": s.recall, "mrr": s.mrr, "lenient_recall": s.lenient_recall}
+        for kind, s in result.scores.items()
+    }
+
+
+@app.command()
+def bench(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders to ingest.", exists=True)],
+    workers: Annotated[list[int], typer.Option("--workers", help="Worker processes for the throughput run.")] = [1, 2],  # noqa: B006
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    dsn: DsnOption = None,
+    embedder: EmbedderOption = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Cost of adaptive chunking against one forced strategy, per stage; and sidecar throughput per worker count."""
+    import json
+
+    from connector import bench as benchmark
+    from connector.db.database import database
+
+    _logging(verbose, quiet=True)
+    settings = _settings(dsn, embedder=embedder)
+    with _errors(), database(settings) as url, console.status("benchmarking") as status:
+        status.update("benchmarking: adaptive and single arms")
+        arms = benchmark.arms(settings, url, paths)
+        runs = []
+        for n in workers:
+            status.update(f"benchmarking: throughput with {n} worker(s)")
+            runs.append(benchmark.throughput(settings, url, paths, n))
+    adaptive, single = arms
+    ratio = adaptive.wall_s / single.wall_s if single.wall_s else None
+    if as_json:
+        payload = {
+            "embedder": settings.embedder,
+            "arms": [a.__dict__ | {"docs_per_s": a.docs_per_s, "chunks_per_s": a.chunks_per_s} for a in arms],
+            "ratio_adaptive_to_single": ratio,
+            "throughput_fake_embedder": [
+                t.__dict__ | {"chunks_per_s": t.chunks / t.wall_s, "docs_per_s": t.documents / t.wall_s} for t in runs
+            ],
+        }
+        print(json.dumps(payload, indent=2))
+        return
+    table = Table("stage (ms)", *(a.name for a in arms), title=f"adaptive vs {benchmark.SINGLE} ({settings.embedder})")
+    for stage in benchmark.STAGES:
+        if any(stage in a.stages_ms for a in arms):
+            table.add_row(stage, *(f"{a.stages_ms.get(stage, 0):.0f}" for a in arms))
+    table.add_row("wall (s)", *(f"{a.wall_s:.2f}" for a in arms))
+    table.add_row("documents (failed)", *(f"{a.documents} ({a.failed})" for a in arms))
+    table.add_row("chunks", *(str(a.chunks) for a in arms))
+    table.add_row("documents/s", *(f"{a.docs_per_s:.2f}" for a in arms))
+    table.add_row("chunks/s", *(f"{a.chunks_per_s:.1f}" for a in arms))
+    table.add_row("peak RSS (MB)", *(f"{a.peak_rss_mb:.0f}" for a in arms))
+    out = _report_console()
+    out.print(table)
+    out.print(f"ratio adaptive / single: {ratio:.2f}" if ratio else "ratio: n/a")
+    tp = Table("workers", "documents", "chunks", "wall (s)", "chunks/s", title="sidecar throughput, fake embedder")
+    for t in runs:
+        tp.add_row(str(t.workers), str(t.documents), str(t.chunks), f"{t.wall_s:.2f}", f"{t.chunks / t.wall_s:.1f}")
+    out.print(tp)

@@ -28,6 +28,7 @@ class ChunkingSettings(BaseSettings):
     min_tokens: int = Field(100, description="Tiny guard: a chunk below this is merged into a neighbour.")
     merge_limit: int = Field(1150, description="Tiny guard: a merge may not produce a chunk above this.")
     encoding: str = Field("o200k_base", description="tiktoken encoding used for every token count.")
+    guards: bool = Field(True, description="Apply the guards; off only to measure baselines as others run them.")
 
 
 class ScoringSettings(BaseSettings):

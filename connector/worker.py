@@ -44,7 +44,9 @@ class Worker:
                 log.info("unchanged %s", row.source_key, extra=context)
                 return "unchanged"
             outcome = self.pipeline.run(source)
-            if not self.store.write(row, source, outcome):
+            with self.pipeline.totals("write"):
+                written = self.store.write(row, source, outcome)
+            if not written:
                 log.warning("%s was deleted or claimed again while processing; result dropped", row.source_key)
                 return "superseded"
         except DocumentError as exc:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from connector.chunkers.base import Chunker
+from connector.chunkers.langchain import LangChainChunker
 from connector.chunkers.page import PageChunker
 from connector.chunkers.recursive import RecursiveChunker
 from connector.errors import FatalError
 from connector.settings import ChunkingSettings
 
-STRATEGIES = ("page", "recursive_1100", "recursive_600")
+STRATEGIES = ("page", "recursive_1100", "recursive_600", "langchain_4000")
 
 
 def build(settings: ChunkingSettings) -> list[Chunker]:
@@ -17,6 +18,8 @@ def build(settings: ChunkingSettings) -> list[Chunker]:
     for name in settings.strategies:
         if name == "page":
             chunkers.append(PageChunker(encoding=settings.encoding))
+        elif name == "langchain_4000":
+            chunkers.append(LangChainChunker(encoding=settings.encoding))
         elif name.startswith("recursive_") and name.removeprefix("recursive_").isdigit():
             size = int(name.removeprefix("recursive_"))
             chunkers.append(RecursiveChunker(max_tokens=size, encoding=settings.encoding, name=name))

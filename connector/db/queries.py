@@ -119,3 +119,34 @@ WHERE status = 'failed' ORDER BY updated_at DESC LIMIT %s
 """
 
 ERRORS_OF = "SELECT id, source_key, last_error FROM connector.documents WHERE id = ANY(%s) ORDER BY id"
+
+# `connector eval`: the query a user would write, restricted to the documents the QA set names.
+NEAREST_CHUNKS = """
+SELECT d.source_key, c.text
+FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id
+WHERE c.document_id = ANY(%(documents)s)
+ORDER BY c.embedding <=> %(query)s
+LIMIT %(k)s
+"""
+
+# pgvector >= 0.8: keep scanning the HNSW graph until LIMIT rows pass the WHERE clause, in exact distance order.
+ITERATIVE_SCAN = "SET hnsw.iterative_scan = strict_order"
+
+DOCUMENTS_BY_KEY = """
+SELECT id, source, source_key, title, content, content_bytes, mime_type, file_path
+FROM connector.documents WHERE status = 'done' ORDER BY id
+"""
+
+COPY_SQL_DOCUMENT = """
+INSERT INTO connector.documents (source, source_key, title, content, content_bytes, mime_type)
+VALUES ('sql', %s, %s, %s, %s, %s)
+"""
+
+CHUNK_STATS = """
+SELECT count(DISTINCT document_id), count(*), coalesce(avg(token_count), 0)
+FROM connector.chunks WHERE document_id = ANY(%s)
+"""
+
+WINNERS = """
+SELECT strategy, count(*) FROM connector.documents WHERE status = 'done' AND id = ANY(%s) GROUP BY 1 ORDER BY 2 DESC, 1
+"""

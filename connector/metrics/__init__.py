@@ -9,15 +9,20 @@ import time
 from connector.metrics.blocks import block_integrity
 from connector.metrics.size import size_compliance
 from connector.models import Candidate, Document, Scored
-from connector.settings import ChunkingSettings, ScoringSettings
+from connector.settings import ChunkingSettings, ScoringSettings, Settings
+from connector.timing import NULL_TIMER, Timer
 
 METRICS = ("rc", "icc", "dcc", "bi", "sc")
 
 
-def evaluate(document: Document, candidate: Candidate, chunking: ChunkingSettings) -> dict[str, float | None]:
+def evaluate(
+    document: Document, candidate: Candidate, chunking: ChunkingSettings, timer: Timer = NULL_TIMER
+) -> dict[str, float | None]:
     values: dict[str, float | None] = dict.fromkeys(METRICS)
-    values["sc"] = size_compliance(candidate.chunks, chunking.min_tokens, chunking.max_tokens)
-    values["bi"] = block_integrity(document.blocks, candidate.chunks)
+    with timer("metric:sc"):
+        values["sc"] = size_compliance(candidate.chunks, chunking.min_tokens, chunking.max_tokens)
+    with timer("metric:bi"):
+        values["bi"] = block_integrity(document.blocks, candidate.chunks)
     return values
 
 
@@ -31,10 +36,10 @@ def weighted_score(values: dict[str, float | None], weights: ScoringSettings) ->
     return sum(weight * v for weight, v in defined) / total
 
 
-def score(document: Document, candidate: Candidate, chunking: ChunkingSettings, weights: ScoringSettings) -> Scored:
+def score(document: Document, candidate: Candidate, settings: Settings, timer: Timer = NULL_TIMER) -> Scored:
     t0 = time.perf_counter()
     if candidate.error is not None or not candidate.chunks:
         values: dict[str, float | None] = dict.fromkeys(METRICS)
     else:
-        values = evaluate(document, candidate, chunking)
-    return Scored(candidate, values, weighted_score(values, weights), (time.perf_counter() - t0) * 1000)
+        values = evaluate(document, candidate, settings.chunking, timer)
+    return Scored(candidate, values, weighted_score(values, settings.weights), (time.perf_counter() - t0) * 1000)

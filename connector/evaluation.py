@@ -1,0 +1,175 @@
+"""`connector eval`: retrieval quality of the adaptive choice against every strategy forced on every document.
+
+Each forced run (and the LangChain-default baseline) ingests the QA's documents into a scratch database of its own,
+so nothing mixes with the user's data; all runs share one embedder behind a text cache, so a chunk that several runs
+produce is embedded once. Retrieval is the SQL a user would write (`ORDER BY embedding <=> $q LIMIT k`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import psycopg
+
+from connector import qa
+from connector.db import queries
+from connector.db.database import connect, ensure_embedding_model, migrate
+from connector.db.scratch import scratch_database
+from connector.embedders import Embedder, embedder_class, load
+from connector.embedders.cache import CachingEmbedder
+from connector.errors import FatalError
+from connector.ingest import Selection, ingest, select
+from connector.pipeline import Pipeline
+from connector.settings import Settings
+from connector.sources.folder import FileRef
+from connector.worker import Worker
+
+log = logging.getLogger(__name__)
+
+BASELINE = "langchain_4000"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The QA's documents: files to ingest, and SQL rows (key, title, content, content_bytes, mime) to copy."""
+
+    selection: Selection
+    rows: list[tuple] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    name: str
+    documents: int  # documents with chunks
+    chunks: int
+    mean_tokens: float
+    scores: dict[str, qa.Scores]
+    winners: dict[str, int] = field(default_factory=dict)
+
+
+def doc_name(source_key: str) -> str:
+    return PurePosixPath(source_key).name
+
+
+def sources_from_folder(folder: Path, names: set[str]) -> Sources:
+    found = select([folder])
+    refs = [r for r in found.refs if doc_name(r.key) in names]
+    missing = sorted(names - {doc_name(r.key) for r in refs})
+    return Sources(Selection(refs, found.roots, [], []), [], missing)
+
+
+def sources_from_database(conn: psycopg.Connection, names: set[str]) -> tuple[Sources, list[int]]:
+    """The done documents the QA names, as sources for forced runs, and their ids for the adaptive run."""
+    refs: list[FileRef] = []
+    rows: list[tuple] = []
+    ids: list[int] = []
+    for doc_id, source, key, title, content, content_bytes, mime, file_path in conn.execute(queries.DOCUMENTS_BY_KEY):
+        if doc_name(key) not in names:
+            continue
+        ids.append(doc_id)
+        if source == "folder" and file_path:
+            refs.append(FileRef(Path(file_path), key, mime or "text/plain"))
+        else:
+            rows.append((key, title, content, content_bytes, mime))
+    roots = sorted({r.path.parent for r in refs})
+    present = {doc_name(r.key) for r in refs} | {doc_name(r[0]) for r in rows}
+    return Sources(Selection(refs, roots, [], []), rows, sorted(names - present)), ids
+
+
+def stored_embedder(conn: psycopg.Connection) -> str:
+    """The setting name of the embedder a database's vectors were made with."""
+    row = conn.execute(queries.SELECT_EMBEDDING_MODEL).fetchone()
+    if row is None:
+        raise FatalError("this database has no embeddings yet: ingest the QA documents first, or pass --docs")
+    for setting in ("minilm", "fake"):
+        if embedder_class(setting).name == row[0]:
+            return setting
+    raise FatalError(f"the database's embedding model {row[0]!r} is not one this connector can load")
+
+
+def retrieve(conn: psycopg.Connection, embedder: Embedder, records: list[qa.QARecord], ids: list[int], k: int):
+    with conn.transaction():
+        try:
+            with conn.transaction():
+                conn.execute(queries.ITERATIVE_SCAN)
+        except psycopg.errors.UndefinedObject:
+            pass  # pgvector < 0.8: plain HNSW scan
+        vectors = embedder.embed([r.question for r in records]).vectors
+        judged = []
+        for record, vector in zip(records, vectors, strict=True):
+            rows = conn.execute(queries.NEAREST_CHUNKS, {"documents": ids, "query": vector, "k": k}).fetchall()
+            judged.append(qa.judge(record, [(doc_name(key), text) for key, text in rows]))
+    return judged
+
+
+def _run(
+    conn: psycopg.Connection, name: str, embedder: Embedder, records: list[qa.QARecord], ids: list[int], k: int
+) -> RunResult:
+    judged = retrieve(conn, embedder, records, ids, k)
+    docs, chunks, mean_tokens = conn.execute(queries.CHUNK_STATS, (ids,)).fetchone()
+    winners = dict(conn.execute(queries.WINNERS, (ids,)).fetchall()) if name == "adaptive" else {}
+    return RunResult(name, docs, chunks, float(mean_tokens), qa.summarise(judged), winners)
+
+
+def _load_scratch(dsn: str, settings: Settings, embedder: Embedder, sources: Sources) -> list[int]:
+    migrate(dsn, embedder.dim)
+    with connect(dsn, autocommit=True) as conn:
+        ensure_embedding_model(conn, embedder)
+        pipeline = Pipeline(settings, embedder)
+        report = ingest(conn, pipeline, sources.selection, settings.lease_seconds)
+        for key, error in report.failures:
+            log.info("%s failed in this run: %s", key, error)
+        if sources.rows:
+            with conn.transaction():
+                for row in sources.rows:
+                    conn.execute(queries.COPY_SQL_DOCUMENT, row)
+            Worker(conn, pipeline, settings.lease_seconds, []).drain(threading.Event())
+        return [r[0] for r in conn.execute("SELECT id FROM connector.documents")]
+
+
+def run_eval(
+    settings: Settings,
+    dsn: str,
+    records: list[qa.QARecord],
+    k: int,
+    strategies: list[str],
+    docs: Path | None = None,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> tuple[list[RunResult], list[str]]:
+    """Results of the adaptive run, then each forced strategy, then the baseline; and the QA documents not found."""
+    names = {r.doc for r in records}
+    with connect(dsn, autocommit=True) as conn:
+        if docs is None:
+            sources, user_ids = sources_from_database(conn, names)
+            embedder_setting = stored_embedder(conn)
+        else:
+            sources, user_ids = sources_from_folder(docs, names), []
+            embedder_setting = settings.embedder
+    embedder = CachingEmbedder(load(embedder_setting, settings.embed_batch_size))
+    wanted = [r for r in records if r.doc not in sources.missing]
+
+    forced: list[RunResult] = []
+    for name in [*strategies, BASELINE]:
+        progress(f"forced {name}")
+        chunking = settings.chunking.model_copy(update={"strategies": (name,), "guards": name != BASELINE})
+        run_settings = settings.model_copy(update={"chunking": chunking})
+        with scratch_database(dsn, f"eval_{name}") as scratch:
+            ids = _load_scratch(scratch, run_settings, embedder, sources)
+            with connect(scratch, autocommit=True) as conn:
+                forced.append(_run(conn, name, embedder, wanted, ids, k))
+
+    progress("adaptive")
+    if docs is None:
+        with connect(dsn, autocommit=True) as conn:
+            adaptive = _run(conn, "adaptive", embedder, wanted, user_ids, k)
+    else:
+        with scratch_database(dsn, "eval_adaptive") as scratch:
+            ids = _load_scratch(scratch, settings, embedder, sources)
+            with connect(scratch, autocommit=True) as conn:
+                adaptive = _run(conn, "adaptive", embedder, wanted, ids, k)
+    return [adaptive, *forced], sources.missing

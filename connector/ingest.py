@@ -1,0 +1,77 @@
+"""One-shot ingestion of files (`connector ingest`, and the scratch runs of `eval` and `bench`).
+
+Each file is queued and claimed in one statement, processed in this process, and reported through a callback, so
+the CLI can draw a progress bar and the benchmarks can time it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from connector.db.store import Store
+from connector.pipeline import Pipeline
+from connector.sources.folder import FileRef, file_ref, sha256_file, walk
+from connector.worker import Worker
+
+
+@dataclass
+class Report:
+    counts: dict[str, int] = field(default_factory=lambda: {"done": 0, "unchanged": 0, "failed": 0, "superseded": 0})
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (source key, reason)
+
+
+@dataclass(frozen=True)
+class Selection:
+    refs: list[FileRef]
+    roots: list[Path]
+    skipped: list[Path]
+    clashes: list[str]  # keys that two files would share
+
+
+def select(paths: Sequence[Path]) -> Selection:
+    """The supported files under `paths` (folders are walked), keyed as a watcher of that folder would key them."""
+    refs: list[FileRef] = []
+    roots: list[Path] = []
+    skipped: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            refs.extend(walk(p))
+            roots.append(p)
+        elif (ref := file_ref(p.parent, p)) is not None:
+            refs.append(ref)
+            roots.append(p.parent)
+        else:
+            skipped.append(p)
+    keys = [r.key for r in refs]
+    clashes = sorted({k for k in keys if keys.count(k) > 1})
+    return Selection(refs, roots, skipped, clashes)
+
+
+def ingest(
+    conn: psycopg.Connection,
+    pipeline: Pipeline,
+    selection: Selection,
+    lease_seconds: int,
+    on_file: Callable[[FileRef], None] = lambda _ref: None,
+) -> Report:
+    store = Store(conn)
+    worker = Worker(conn, pipeline, lease_seconds, selection.roots)
+    report = Report()
+    for ref in selection.refs:
+        on_file(ref)
+        try:
+            digest = sha256_file(ref.path)
+        except OSError as exc:
+            report.counts["failed"] += 1
+            report.failures.append((ref.key, f"cannot read: {exc.strerror}"))
+            continue
+        row = store.ingest_file(ref.key, ref.path.resolve(), ref.mime, digest, lease_seconds)
+        outcome = "unchanged" if row is None else worker.process(row)
+        report.counts[outcome] += 1
+        if outcome == "failed":
+            report.failures.extend((key, error or "") for _, key, error in store.errors([row.id]))
+    return report

@@ -1,0 +1,124 @@
+"""Question–evidence records and how a retrieved chunk is judged against them (`connector eval`).
+
+Record format (one JSON object per line): id, doc (file name), question, evidence (verbatim, whitespace collapsed),
+answer, kind. A chunk is a *hit* when its whitespace-normalised text contains the normalised evidence; it is a
+*lenient hit* when it holds a contiguous run of at least `LENIENT_SHARE` of the evidence's words (the evidence is
+mostly there, e.g. cut by a chunk boundary near its end).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+LENIENT_SHARE = 0.7
+
+
+@dataclass(frozen=True, slots=True)
+class QARecord:
+    id: str
+    doc: str
+    question: str
+    evidence: str
+    kind: str = "other"
+    answer: str = ""
+
+
+def load(path: Path) -> list[QARecord]:
+    records = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+            records.append(
+                QARecord(
+                    id=str(raw.get("id", n)),
+                    doc=raw["doc"],
+                    question=raw["question"],
+                    evidence=raw["evidence"],
+                    kind=raw.get("kind", "other"),
+                    answer=raw.get("answer", ""),
+                )
+            )
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{n}: not a QA record ({exc})") from exc
+    return records
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.split())
+
+
+def is_hit(evidence: str, chunk_text: str) -> bool:
+    return normalise(evidence) in normalise(chunk_text)
+
+
+def covered_share(evidence: str, chunk_text: str) -> float:
+    """Share of the evidence's words in the longest run of them that the chunk contains contiguously."""
+    words = normalise(evidence).split()
+    if not words:
+        return 0.0
+    haystack = f" {normalise(chunk_text)} "
+    best = 0
+    for i in range(len(words)):
+        # Runs starting at i only get longer while they stay inside the chunk: extend greedily.
+        j = i + best + 1
+        while j <= len(words) and f" {' '.join(words[i:j])} " in haystack:
+            best = j - i
+            j += 1
+    return best / len(words)
+
+
+def is_lenient_hit(evidence: str, chunk_text: str) -> bool:
+    return covered_share(evidence, chunk_text) >= LENIENT_SHARE
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """One question's outcome: the 1-based rank of the first (lenient) hit among the retrieved chunks, or None."""
+
+    record: QARecord
+    rank: int | None
+    lenient_rank: int | None
+
+
+def judge(record: QARecord, retrieved: Sequence[tuple[str, str]]) -> Judged:
+    """`retrieved` holds (document file name, chunk text) in rank order; only chunks of the record's document count."""
+    rank = lenient = None
+    for i, (doc, text) in enumerate(retrieved, start=1):
+        if doc != record.doc:
+            continue
+        if rank is None and is_hit(record.evidence, text):
+            rank = i
+        if lenient is None and is_lenient_hit(record.evidence, text):
+            lenient = i
+    return Judged(record, rank, lenient)
+
+
+@dataclass(frozen=True, slots=True)
+class Scores:
+    questions: int
+    recall: float  # share of questions with a hit in the top k
+    mrr: float  # mean of 1/rank of the first hit (0 without one)
+    lenient_recall: float
+
+
+def summarise(judged: Iterable[Judged]) -> dict[str, Scores]:
+    """Scores overall (key "all") and per kind."""
+    groups: dict[str, list[Judged]] = defaultdict(list)
+    for j in judged:
+        groups["all"].append(j)
+        groups[j.record.kind].append(j)
+    return {
+        kind: Scores(
+            questions=len(js),
+            recall=sum(j.rank is not None for j in js) / len(js),
+            mrr=sum(1 / j.rank for j in js if j.rank) / len(js),
+            lenient_recall=sum(j.lenient_rank is not None for j in js) / len(js),
+        )
+        for kind, js in groups.items()
+    }
