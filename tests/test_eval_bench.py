@@ -1,0 +1,97 @@
+"""`connector eval` and `connector bench` on a small fixture corpus, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.conftest import FIXTURES, child_env, connector_cmd
+
+DOCS = ("apache-2.0.txt", "debian-manifesto.txt", "lppl-1.3c.pdf", "dockerfile-reference.md")
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for name in DOCS:
+        shutil.copy(FIXTURES / name, folder)
+    return folder
+
+
+def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        connector_cmd(*args), cwd=tmp_path, env=child_env(tmp_path), capture_output=True, text=True, timeout=600
+    )
+
+
+def scratch_databases(dsn: str) -> list[str]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'connector_scratch_%'").fetchall()
+    return [r[0] for r in rows]
+
+
+def test_eval_with_docs_compares_every_run(tmp_path: Path, dsn: str, corpus: Path) -> None:
+    qa_path = tmp_path / "qa.jsonl"
+    records = (FIXTURES / "qa.jsonl").read_text().splitlines()
+    extra = {"id": "x", "doc": "not-here.pdf", "question": "?", "evidence": "nothing", "kind": "factoid"}
+    qa_path.write_text("\n".join([*records, json.dumps(extra)]) + "\n")
+    # k = 100 retrieves every chunk of these small documents: a run misses a question only if no chunk of the
+    # right document holds the evidence.
+    result = run(tmp_path, "eval", "--qa", str(qa_path), "--docs", str(corpus), "--k", "100", "--json",
+                 "--dsn", dsn, "--embedder", "fake")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "not-here.pdf" in result.stderr
+    report = json.loads(result.stdout)
+    assert report["questions"] == len(records)
+    runs = {r["name"]: r for r in report["runs"]}
+    assert list(runs) == ["adaptive", "page", "recursive_1100", "langchain_4000"]
+    assert runs["page"]["documents"] == 1, "page applies to the one PDF only"
+    for name in ("adaptive", "recursive_1100", "langchain_4000"):
+        assert runs[name]["documents"] == 4
+        # The PDF's evidence crosses a layout block in our basic conversion; the lenient figure still finds it.
+        assert runs[name]["scores"]["all"]["lenient_recall"] == 1.0, name
+        assert runs[name]["scores"]["all"]["recall"] >= 0.8, name
+    assert sum(runs["adaptive"]["winners"].values()) == 4
+    assert set(runs["adaptive"]["scores"]) >= {"all", "factoid"}
+    assert scratch_databases(dsn) == []
+
+
+def test_eval_on_documents_already_ingested(tmp_path: Path, dsn: str, corpus: Path) -> None:
+    assert run(tmp_path, "ingest", str(corpus), "--dsn", dsn, "--embedder", "fake").returncode == 0
+    with psycopg.connect(dsn) as conn:
+        before = conn.execute("SELECT count(*), max(updated_at) FROM connector.documents").fetchone()
+    result = run(tmp_path, "eval", "--qa", str(FIXTURES / "qa.jsonl"), "--strategy", "recursive_1100",
+                 "--dsn", dsn)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("│ adaptive ") for line in lines)
+    assert any(line.startswith("│ recursive_1100 ") for line in lines)
+    assert any(line.startswith("│ langchain_4000 ") for line in lines)
+    assert not any(line.startswith("│ page ") for line in lines)
+    with psycopg.connect(dsn) as conn:
+        after = conn.execute("SELECT count(*), max(updated_at) FROM connector.documents").fetchone()
+    assert after == before, "eval never writes into the user's database"
+    assert scratch_databases(dsn) == []
+
+
+def test_bench_reports_every_stage_both_arms_and_throughput(tmp_path: Path, dsn: str, corpus: Path) -> None:
+    result = run(tmp_path, "bench", str(corpus), "--json", "--dsn", dsn, "--embedder", "fake")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    adaptive, single = report["arms"]
+    assert (adaptive["name"], single["name"]) == ("adaptive", "single")
+    for arm in (adaptive, single):
+        assert arm["documents"] == 4 and arm["failed"] == 0 and arm["chunks"] > 4
+        assert {"convert", "candidates", "guards", "metric:sc", "metric:bi", "embed", "write"} <= set(arm["stages_ms"])
+        assert arm["peak_rss_mb"] > 0 and arm["wall_s"] > 0
+    assert report["ratio_adaptive_to_single"] == pytest.approx(adaptive["wall_s"] / single["wall_s"])
+    assert [t["workers"] for t in report["throughput_fake_embedder"]] == [1, 2]
+    for t in report["throughput_fake_embedder"]:
+        assert t["documents"] == 4 and t["chunks"] > 4
+    assert scratch_databases(dsn) == []

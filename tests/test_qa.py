@@ -1,0 +1,61 @@
+"""How `connector eval` judges retrieved chunks: hand-made cases whose answers are known."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from connector import qa
+
+EVIDENCE = "The quick brown fox jumps over the lazy dog near the river bank"
+
+
+def record(doc: str = "a.txt", kind: str = "factoid", evidence: str = EVIDENCE) -> qa.QARecord:
+    return qa.QARecord(id="q", doc=doc, question="?", evidence=evidence, kind=kind)
+
+
+def test_hit_ignores_whitespace_differences() -> None:
+    chunk = "Intro.\n\nThe quick  brown fox\njumps over the lazy dog near\tthe river bank. More."
+    assert qa.is_hit(EVIDENCE, chunk)
+    assert not qa.is_hit(EVIDENCE, chunk.replace("lazy", "sleepy"))
+
+
+def test_covered_share_counts_the_longest_contiguous_run_of_words() -> None:
+    words = EVIDENCE.split()  # 13 words
+    first_ten = " ".join(words[:10])
+    assert qa.covered_share(EVIDENCE, f"... {first_ten}") == pytest.approx(10 / 13)
+    assert qa.is_lenient_hit(EVIDENCE, f"... {first_ten}")
+    assert not qa.is_lenient_hit(EVIDENCE, " ".join(words[:8]))  # 8/13 = 0.62 < 0.7
+    # Words must match whole: "thequick" is not "the quick".
+    assert qa.covered_share("the quick", "thequick") == 0.0
+
+
+def test_judge_ranks_only_chunks_of_the_right_document() -> None:
+    retrieved = [("b.txt", EVIDENCE), ("a.txt", "unrelated"), ("a.txt", "x " + EVIDENCE + " y")]
+    judged = qa.judge(record(), retrieved)
+    assert (judged.rank, judged.lenient_rank) == (3, 3)
+    assert qa.judge(record(), retrieved[:2]).rank is None
+
+
+def test_summary_recall_and_mrr_overall_and_by_kind() -> None:
+    judged = [
+        qa.Judged(record(kind="table"), 1, 1),
+        qa.Judged(record(kind="table"), 4, 2),
+        qa.Judged(record(kind="list"), None, 3),
+        qa.Judged(record(kind="list"), None, None),
+    ]
+    s = qa.summarise(judged)
+    assert s["all"] == qa.Scores(questions=4, recall=0.5, mrr=(1 + 0.25) / 4, lenient_recall=0.75)
+    assert s["table"] == qa.Scores(questions=2, recall=1.0, mrr=0.625, lenient_recall=1.0)
+    assert s["list"] == qa.Scores(questions=2, recall=0.0, mrr=0.0, lenient_recall=0.5)
+
+
+def test_load_reads_the_corpus_format_and_reports_bad_lines(tmp_path) -> None:
+    good = {"id": "d1", "doc": "x.pdf", "question": "q?", "evidence": "e", "answer": "a", "kind": "list"}
+    path = tmp_path / "qa.jsonl"
+    path.write_text(json.dumps(good) + "\n\n")
+    assert qa.load(path) == [qa.QARecord("d1", "x.pdf", "q?", "e", "list", "a")]
+    path.write_text(json.dumps(good) + "\n" + json.dumps({"doc": "x"}) + "\n")
+    with pytest.raises(ValueError, match=r"qa.jsonl:2: not a QA record"):
+        qa.load(path)
