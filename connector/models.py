@@ -22,42 +22,50 @@ class SourceDocument:
     content_hash: str  # sha256 hex of `data`
 
 
+BLOCK_KINDS = ("heading", "paragraph", "table", "list", "code", "caption", "footnote")
+
+
 @dataclass(frozen=True, slots=True)
 class Block:
-    """A span that a cut should not break (Block Integrity counts the ones that are)."""
+    """A structural span of the Markdown (a heading, a paragraph, a table, ...). A document's blocks tile its text:
+    in order, without gaps or overlaps; whitespace between two blocks belongs to the first."""
 
     start: int
     end: int
     kind: str = "paragraph"
+    section_path: tuple[str, ...] = ()  # titles of the enclosing headings, outermost first (a heading includes itself)
+    page: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Document:
     """Converted text that every later offset refers to.
 
-    `page_starts[i]` is the offset where page `i + 1` begins; empty when the format has no pages.
+    `blocks` tile the text; `units` are the protected spans Block Integrity scores and chunkers try not to cut: blocks
+    joined where no cut should fall (after a heading, before a footnote, between a list and its lead-in, between two
+    short paragraphs). `page_starts[i]` is the offset where page `i + 1` begins; empty when the format has no pages.
     """
 
     markdown: str
     blocks: tuple[Block, ...]
     page_starts: tuple[int, ...] = ()
-    headings: tuple[tuple[int, int, str], ...] = ()  # (offset, level, title) of each Markdown heading
+    units: tuple[Block, ...] = ()
 
     def page_at(self, offset: int) -> int | None:
         if not self.page_starts:
             return None
         return max(1, bisect.bisect_right(self.page_starts, offset))
 
+    def block_at(self, offset: int) -> Block | None:
+        if not self.blocks:
+            return None
+        i = bisect.bisect_right([b.start for b in self.blocks], offset) - 1
+        return self.blocks[max(0, i)]
+
     def section_path_at(self, offset: int) -> tuple[str, ...]:
         """Titles of the headings enclosing `offset`, outermost first."""
-        stack: list[tuple[int, str]] = []
-        for start, level, title in self.headings:
-            if start > offset:
-                break
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            stack.append((level, title))
-        return tuple(title for _, title in stack)
+        block = self.block_at(offset)
+        return block.section_path if block else ()
 
 
 @dataclass(frozen=True, slots=True)

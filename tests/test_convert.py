@@ -16,34 +16,52 @@ def test_pdf_has_a_page_map_that_matches_the_pages() -> None:
     with pymupdf.open(stream=data, filetype="pdf") as pdf:
         assert len(doc.page_starts) == pdf.page_count == 8
         for number, page in enumerate(pdf, start=1):
-            # The last text line of each page must be found, in the Markdown, on that page.
-            last_line = page.get_text().strip().splitlines()[-1].strip()
-            offset = doc.markdown.rfind(last_line, 0, doc.page_starts[number] if number < 8 else None)
-            assert offset >= 0 and doc.page_at(offset) == number, (number, last_line)
+            # The first line of the page's longest paragraph must be found, in the Markdown, on that page.
+            longest = max((b[4] for b in page.get_text("blocks") if b[6] == 0), key=len)
+            line = longest.strip().splitlines()[0].strip()
+            offset = doc.markdown.find(line)
+            assert offset >= 0 and doc.page_at(offset) == number, (number, line)
+            assert doc.block_at(offset).page == number
     assert doc.page_at(0) == 1 and doc.page_at(len(doc.markdown) - 1) == 8
+
+
+def assert_tiles(doc) -> None:
+    blocks = doc.blocks
+    assert blocks[0].start == 0 and blocks[-1].end == len(doc.markdown)
+    assert all(a.end == b.start for a, b in zip(blocks, blocks[1:], strict=False)), "blocks tile the text"
+    units = doc.units
+    assert units[0].start == 0 and units[-1].end == len(doc.markdown)
+    assert all(a.end == b.start for a, b in zip(units, units[1:], strict=False)), "units tile the text"
+    assert {u.start for u in units} <= {b.start for b in blocks}, "units are unions of blocks"
 
 
 def test_text_passes_through_unchanged_with_paragraph_blocks() -> None:
     raw = (FIXTURES / "apache-2.0.txt").read_bytes()
     doc = convert(raw, "text/plain")
     assert doc.markdown == raw.decode()
-    assert doc.blocks and all(
-        doc.markdown[b.start : b.end].strip() == doc.markdown[b.start : b.end] for b in doc.blocks
-    )
-    assert all(a.end <= b.start for a, b in zip(doc.blocks, doc.blocks[1:], strict=False))
+    assert_tiles(doc)
+    assert all(b.kind in ("paragraph", "list", "heading") for b in doc.blocks)
 
 
 def test_markdown_headings_give_section_paths_but_not_inside_code_fences() -> None:
     text = "# Top\n\nintro\n\n## Sub\n\n```\n# not a heading\n```\n\nbody\n"
     doc = convert(text.encode(), "text/markdown")
-    assert [h[2] for h in doc.headings] == ["Top", "Sub"]
+    assert_tiles(doc)
+    assert [text[b.start : b.end].strip() for b in doc.blocks if b.kind == "heading"] == ["# Top", "## Sub"]
     assert doc.section_path_at(text.index("body")) == ("Top", "Sub")
     assert doc.section_path_at(text.index("intro")) == ("Top",)
+    assert [b.kind for b in doc.blocks] == ["heading", "paragraph", "heading", "code", "paragraph"]
 
 
-def test_real_markdown_fixture_has_headings() -> None:
-    doc = convert((FIXTURES / "dockerfile-reference.md").read_bytes(), mime_for_path("x.md"))
-    assert len(doc.headings) > 20
+def test_markdown_fixture_is_unchanged_and_fully_tiled() -> None:
+    raw = (FIXTURES / "dockerfile-reference.md").read_bytes()
+    doc = convert(raw, mime_for_path("x.md"))
+    assert doc.markdown == raw.decode()
+    assert_tiles(doc)
+    kinds = {b.kind for b in doc.blocks}
+    assert {"heading", "paragraph", "code", "list", "table"} <= kinds
+    assert sum(b.kind == "heading" for b in doc.blocks) > 20
+    assert doc.blocks[0].kind == "code" and doc.markdown[: doc.blocks[0].end].startswith("---\ntitle:")
 
 
 def _pdf_bytes(builder) -> bytes:

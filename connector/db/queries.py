@@ -85,7 +85,7 @@ VALUES (%(document_id)s, %(strategy)s, %(params)s, %(chunk_count)s, %(rc)s, %(ic
 MARK_DONE = """
 UPDATE connector.documents
 SET status = CASE WHEN status = 'pending' THEN 'pending' ELSE 'done' END,
-    markdown = %(markdown)s, content_hash = %(hash)s, failed_hash = NULL, strategy = %(strategy)s,
+    markdown = %(markdown)s, blocks = %(blocks)s, content_hash = %(hash)s, failed_hash = NULL, strategy = %(strategy)s,
     score = %(score)s, last_error = NULL, lease_expires_at = NULL, processed_at = now(), updated_at = now(),
     metadata = metadata || %(metadata)s
 WHERE id = %(id)s AND attempts = %(token)s

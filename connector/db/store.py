@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 
 from connector.db import queries
 from connector.errors import DocumentError
-from connector.models import Outcome, SourceDocument
+from connector.models import Block, Outcome, SourceDocument
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,12 @@ class ClaimedRow:
 class StatusReport:
     counts: dict[str, int]
     failures: list[tuple]
+
+
+def _block_json(block: Block) -> dict:
+    """The stored form of a block: enough to re-chunk and re-score without converting again."""
+    return {"start": block.start, "end": block.end, "kind": block.kind, "page": block.page,
+            "section_path": list(block.section_path)}  # fmt: skip
 
 
 class Store:
@@ -148,6 +154,7 @@ class Store:
                     "id": doc_id,
                     "token": row.attempts,
                     "markdown": outcome.document.markdown,
+                    "blocks": Jsonb([_block_json(b) for b in outcome.document.blocks]),
                     "hash": source.content_hash,
                     "strategy": strategy,
                     "score": outcome.winner.score,

@@ -22,7 +22,7 @@ def evaluate(
     with timer("metric:sc"):
         values["sc"] = size_compliance(candidate.chunks, chunking.min_tokens, chunking.max_tokens)
     with timer("metric:bi"):
-        values["bi"] = block_integrity(document.blocks, candidate.chunks)
+        values["bi"] = block_integrity(document.units or document.blocks, candidate.chunks)
     return values
 
 

@@ -1,4 +1,5 @@
-"""BI, Block Integrity: the share of blocks that no chunk boundary cuts.
+"""BI, Block Integrity: the share of protected units (`Document.units`: blocks bound by
+the rules of `convert.structure`) that no chunk boundary cuts.
 
 Cuts are the start offsets of chunks 2..n. A block [l, r) is broken by a cut p when l < p < r with more than
 `tolerance` characters on each side: a cut that only clips whitespace or a stray character at a block edge is not

@@ -48,6 +48,7 @@ def upgrade() -> None:
             content_hash     text,
             failed_hash      text,
             markdown         text,
+            blocks           jsonb,
             status           text NOT NULL DEFAULT 'pending'
                              CHECK (status IN ('pending', 'processing', 'done', 'failed')),
             attempts         integer NOT NULL DEFAULT 0,

@@ -1,0 +1,72 @@
+"""Markdown → block map, with markdown-it-py (CommonMark + pipe tables). The text itself is never changed: block
+offsets come from the parser's line map, so `markdown[block.start:block.end]` is exactly what the user wrote."""
+
+from __future__ import annotations
+
+import bisect
+import re
+
+from markdown_it import MarkdownIt
+
+from connector.convert.structure import tile
+from connector.models import Block
+
+_PARSER = MarkdownIt("commonmark").enable("table")
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n.*?\n(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
+_CAPTION = re.compile(r"^(?:\*\*|_)?(?:Figure|Fig\.|Table|Listing)\s+[\dA-Z][\w.-]*[:.]", re.IGNORECASE)
+_FOOTNOTE = re.compile(r"^\[\^[^\]]+\]:")
+
+_KIND_BY_TOKEN = {
+    "heading_open": "heading",
+    "paragraph_open": "paragraph",
+    "bullet_list_open": "list",
+    "ordered_list_open": "list",
+    "table_open": "table",
+    "fence": "code",
+    "code_block": "code",
+    "html_block": "paragraph",
+    "blockquote_open": "paragraph",
+    "hr": "paragraph",
+}
+
+
+def blocks(text: str, page_starts: tuple[int, ...] = ()) -> tuple[Block, ...]:
+    line_starts = [0, *(m.end() for m in re.finditer("\n", text))]
+
+    def offset(line: int) -> int:
+        return line_starts[line] if line < len(line_starts) else len(text)
+
+    spans: list[tuple[int, int, str]] = []
+    titles: dict[int, tuple[int, str]] = {}  # span start → (level, title) for headings
+    body_start = 0
+    if m := _FRONT_MATTER.match(text):
+        spans.append((0, m.end(), "code"))  # YAML front matter: metadata, kept whole
+        body_start = m.end()
+    tokens = _PARSER.parse(text[body_start:])
+    first_line = text.count("\n", 0, body_start)
+    for i, tok in enumerate(tokens):
+        if tok.level != 0 or tok.type not in _KIND_BY_TOKEN or tok.map is None:
+            continue
+        start, end = offset(tok.map[0] + first_line), offset(tok.map[1] + first_line)
+        kind = _KIND_BY_TOKEN[tok.type]
+        if kind == "paragraph":
+            inline = tokens[i + 1].content if i + 1 < len(tokens) else ""
+            if _CAPTION.match(inline):
+                kind = "caption"
+            elif _FOOTNOTE.match(inline):
+                kind = "footnote"
+        if kind == "heading":
+            titles[start] = (int(tok.tag[1]), tokens[i + 1].content.strip())
+        spans.append((start, end, kind))
+
+    out: list[Block] = []
+    path: list[tuple[int, str]] = []
+    for start, end, kind in tile(text, spans):
+        if kind == "heading" and start in titles:
+            level, title = titles[start]
+            while path and path[-1][0] >= level:
+                path.pop()
+            path.append((level, title))
+        page = max(1, bisect.bisect_right(page_starts, start)) if page_starts else None
+        out.append(Block(start, end, kind, tuple(t for _, t in path), page))
+    return tuple(out)

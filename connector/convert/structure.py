@@ -1,0 +1,61 @@
+"""Block maps: tiling spans into blocks, and binding blocks into the units that a cut should not break.
+
+Binding rules (algorithm-spec §1, seed 003): a heading is bound to the block after it; a footnote to the block
+before it; a list to its lead-in sentence (a paragraph ending with ":"); a caption to the table it captions; and
+consecutive short paragraphs (< `SHORT_TOKENS` tokens) are grouped while the group stays short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from connector import tokens
+from connector.models import Block
+
+SHORT_TOKENS = 100
+
+
+def tile(text: str, spans: Sequence[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Stretch ordered, non-overlapping (start, end, kind) spans so that they tile `text`: each span is extended to
+    the next one's start (the whitespace between belongs to the earlier span); the first starts at 0."""
+    spans = [s for s in spans if s[1] > s[0]]
+    if not spans:
+        return [(0, len(text), "paragraph")] if text else []
+    out = []
+    for i, (start, _end, kind) in enumerate(spans):
+        nxt = spans[i + 1][0] if i + 1 < len(spans) else len(text)
+        out.append((0 if i == 0 else start, nxt, kind))
+    return out
+
+
+def units(text: str, blocks: Sequence[Block], encoding: str = "o200k_base") -> tuple[Block, ...]:
+    """Protected spans: the blocks, joined wherever the binding rules forbid a split point between two of them."""
+    if not blocks:
+        return ()
+    sizes = tokens.count_many([text[b.start : b.end] for b in blocks], encoding)
+    groups: list[list[int]] = [[0]]
+    for i in range(1, len(blocks)):
+        prev, cur = blocks[i - 1], blocks[i]
+        group = groups[-1]
+        group_tokens = sum(sizes[j] for j in group)
+        bound = (
+            prev.kind == "heading"
+            or cur.kind == "footnote"
+            or (cur.kind == "list" and prev.kind == "paragraph" and text[prev.start : prev.end].rstrip().endswith(":"))
+            or (prev.kind == "caption" and cur.kind == "table")
+            or (
+                cur.kind == "paragraph"
+                and prev.kind == "paragraph"
+                and sizes[i] < SHORT_TOKENS
+                and group_tokens < SHORT_TOKENS
+            )
+        )
+        if bound:
+            group.append(i)
+        else:
+            groups.append([i])
+    return tuple(
+        Block(blocks[g[0]].start, blocks[g[-1]].end, blocks[g[-1]].kind if len(g) > 1 else blocks[g[0]].kind,
+              blocks[g[0]].section_path, blocks[g[0]].page)
+        for g in groups
+    )  # fmt: skip
