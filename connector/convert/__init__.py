@@ -44,6 +44,7 @@ def convert(data: bytes, mime_type: str, encoding: str = "o200k_base") -> Docume
         converted = html.to_markdown(decode(data))
         if not converted.strip():
             raise ConversionError("HTML page has no visible text")
+        converted = markdown.split_large_tables(converted, encoding=encoding)
         document = Document(converted, markdown.blocks(converted))
     elif mime.startswith("text/"):
         source = decode(data)

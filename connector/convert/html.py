@@ -16,4 +16,5 @@ def to_markdown(html: str) -> str:
         tag.decompose()
     body = soup.body or soup
     text = MarkdownConverter(heading_style="ATX", bullets="-", escape_misc=False).convert_soup(body)
-    return _BLANK_RUNS.sub("\n\n", text).strip() + "\n"
+    # No-break spaces become plain ones: people search with spaces (and embedders see them differently).
+    return _BLANK_RUNS.sub("\n\n", text.replace("\xa0", " ")).strip() + "\n"

@@ -56,7 +56,7 @@ def blocks(text: str, page_starts: tuple[int, ...] = ()) -> tuple[Block, ...]:
             elif _FOOTNOTE.match(inline):
                 kind = "footnote"
         if kind == "heading":
-            titles[start] = (int(tok.tag[1]), tokens[i + 1].content.strip())
+            titles[start] = (int(tok.tag[1]), " ".join(tokens[i + 1].content.split()))
         spans.append((start, end, kind))
 
     out: list[Block] = []
@@ -70,3 +70,40 @@ def blocks(text: str, page_starts: tuple[int, ...] = ()) -> tuple[Block, ...]:
         page = max(1, bisect.bisect_right(page_starts, start)) if page_starts else None
         out.append(Block(start, end, kind, tuple(t for _, t in path), page))
     return tuple(out)
+
+
+def split_large_tables(text: str, max_tokens: int = 1000, encoding: str = "o200k_base") -> str:
+    """Split every pipe table over `max_tokens` tokens by rows into parts that each repeat the header row, its
+    delimiter row and the table's caption (the caption paragraph just before it, if any), so that every part still
+    says what its columns mean. For generated Markdown only (PDF, HTML): a user's own Markdown is never rewritten."""
+    from connector import tokens
+
+    spans = blocks(text)
+    out: list[str] = []
+    pos = 0
+    for i, block in enumerate(spans):
+        if block.kind != "table":
+            continue
+        table = text[block.start : block.end].rstrip("\n")
+        if tokens.count(table, encoding) <= max_tokens:
+            continue
+        lines = table.split("\n")
+        header, rows = lines[:2], [line for line in lines[2:] if line.strip()]
+        previous = spans[i - 1] if i else None
+        caption = text[previous.start : previous.end].strip() if previous and previous.kind == "caption" else ""
+        head_tokens = tokens.count("\n".join(header), encoding) + tokens.count(caption, encoding)
+        parts: list[list[str]] = [[]]
+        used = head_tokens
+        for row, n in zip(rows, tokens.count_many(rows, encoding), strict=True):
+            if parts[-1] and used + n > max_tokens:
+                parts.append([])
+                used = head_tokens
+            parts[-1].append(row)
+            used += n
+        rendered = ["\n".join([*header, *part]) for part in parts]
+        repeated = [f"{caption}\n\n{r}" if caption else r for r in rendered[1:]]
+        out.append(text[pos : block.start])
+        out.append("\n\n".join([rendered[0], *repeated]) + text[block.start + len(table) : block.end])
+        pos = block.end
+    out.append(text[pos:])
+    return "".join(out)

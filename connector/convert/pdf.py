@@ -90,9 +90,10 @@ def clean(text: str) -> str:
 def remove_furniture(pages: list[list[Para]]) -> list[list[str]]:
     """Drop running headers/footers and bare page numbers from the edges of each page; return paragraph texts.
 
-    Furniture is recognised two ways: the same text (digits ignored) at a page edge on several pages, or a short
-    paragraph at a page edge whose vertical position recurs on most pages (a running footer such as
-    "4.4. Debian changelog 21" changes its words with every section but never its place)."""
+    Furniture is recognised two ways: the same text (digits ignored) near a page edge on several pages, or a short
+    first or last paragraph whose vertical position recurs on most pages (a running footer such as
+    "4.4. Debian changelog 21" changes its words with every section but never its place). Only paragraphs at the
+    edges are ever removed, peeled off from the outside in."""
 
     def key(text: str) -> str:
         return _DIGITS.sub("#", " ".join(text.split())).lower()
@@ -107,7 +108,7 @@ def remove_furniture(pages: list[list[Para]]) -> list[list[str]]:
     bands: Counter[tuple[int, int]] = Counter()
     for paragraphs in pages:
         texts.update({key(p.text) for p in edge(paragraphs)})
-        bands.update({band(p) for p in edge(paragraphs)})
+        bands.update({band(p) for p in paragraphs[:1] + paragraphs[-1:]})
     enough_pages = len(pages) >= MIN_REPEATS
     repeated = {k for k, n in texts.items() if n >= MIN_REPEATS} if enough_pages else set()
     fixed = {b for b, n in bands.items() if n >= max(MIN_REPEATS, BAND_SHARE * len(pages))} if enough_pages else set()
@@ -118,6 +119,12 @@ def remove_furniture(pages: list[list[Para]]) -> list[list[str]]:
 
     out = []
     for paragraphs in pages:
-        at_edge = {id(p) for p in edge(paragraphs)}
-        out.append([p.text for p in paragraphs if not (id(p) in at_edge and furniture(p))])
+        # Peel furniture off both ends, at most EDGE_LINES paragraphs each: a header is only ever at the top.
+        kept = list(paragraphs)
+        for _ in range(EDGE_LINES):
+            if kept and furniture(kept[0]):
+                kept.pop(0)
+            if kept and furniture(kept[-1]):
+                kept.pop()
+        out.append([p.text for p in kept])
     return out
