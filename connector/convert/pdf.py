@@ -1,17 +1,23 @@
 """PDF → Markdown with a page map, through PyMuPDF.
 
-Per page: the layout's text blocks in reading order, one paragraph each. Across pages: running headers and footers
-(a line repeated at the top or bottom of several pages, digits ignored) and bare page numbers are removed (pages
-live in the page map); words hyphenated across a line break are joined; ligatures are unfolded; Unicode NFC. The
-result is parsed as Markdown for its blocks, each tagged with its page.
+Per page: the layout's text blocks in reading order, one paragraph each; short blocks set larger than the body
+text become headings (`#` by size rank), small numbered blocks low on the page become footnotes, bullet glyphs
+become list items. Across pages: running headers and footers (see `remove_furniture`) and bare page numbers are
+removed (pages live in the page map); words hyphenated across a line break are joined; ligatures are unfolded;
+Unicode NFC. The result is parsed as Markdown for its blocks, each tagged with its page. Long documents are
+extracted by two worker processes, a batch of pages at a time.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import re
 import unicodedata
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from itertools import repeat
 
 from connector.convert import markdown
 from connector.errors import ConversionError
@@ -29,6 +35,27 @@ _PAGE_NUMBER = re.compile(r"^\s*(?:page\s+)?(?:\d{1,4}|[ivxlcdm]{1,6})(?:\s*(?:/
 _DIGITS = re.compile(r"\d+")
 
 
+PARALLEL_MIN_PAGES = 64  # below this, starting worker processes costs more than it saves
+BATCH_PAGES = 32  # pages per task: the most extracted pages a worker holds at once
+HEADING_RATIO = 1.15  # a short paragraph this much larger than the body text is a heading
+FOOTNOTE_RATIO = 0.9  # a paragraph this much smaller, low on the page, that starts with a marker is a footnote
+
+_BULLET = re.compile(r"^[•◦▪▸►‣∙·–]\s*", re.MULTILINE)
+_FOOTNOTE_MARK = re.compile(r"^(\d{1,3}|[*†‡§¶])\s+(?=[A-Za-z“\"(])")
+_MARKDOWN_START = re.compile(r"^(?=[#>|]|[-=]{3,}\s*$)", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Para:
+    """One layout text block of a page, with what heading and footnote detection need."""
+
+    text: str
+    top: float  # y of the block's top edge, in points
+    bottom: float
+    size: float = 0.0  # mean font size, weighted by characters
+    page_height: float = 0.0
+
+
 def convert(data: bytes) -> Document:
     import pymupdf
 
@@ -39,17 +66,18 @@ def convert(data: bytes) -> Document:
     with pdf:
         if pdf.needs_pass:
             raise ConversionError("PDF is encrypted (password required)")
-        if pdf.page_count == 0:
-            raise ConversionError("PDF has no pages")
-        try:
-            pages = [_page_paragraphs(page) for page in pdf]
-        except Exception as exc:
-            raise ConversionError(f"cannot read PDF: {exc}") from exc
-    pages = remove_furniture(pages)
+        count = pdf.page_count
+    if count == 0:
+        raise ConversionError("PDF has no pages")
+    try:
+        pages = _extract(data, count)
+    except Exception as exc:
+        raise ConversionError(f"cannot read PDF: {exc}") from exc
+    texts = render(remove_furniture(pages), body_size(pages))
     parts: list[str] = []
     page_starts: list[int] = []
     offset = 0
-    for paragraphs in pages:
+    for paragraphs in texts:
         page_starts.append(offset)
         # Pages are separated by a blank line so that a page break is also a paragraph break.
         piece = "\n\n".join(paragraphs) + "\n\n" if paragraphs else ""
@@ -57,27 +85,92 @@ def convert(data: bytes) -> Document:
         offset += len(piece)
     text = "".join(parts)
     if not text.strip():
-        raise ConversionError(f"PDF has no extractable text ({len(pages)} pages; scanned images?)")
+        raise ConversionError(f"PDF has no extractable text ({count} pages; scanned images?)")
     starts = tuple(page_starts)
     return Document(text, markdown.blocks(text, starts), starts)
 
 
-@dataclass(frozen=True, slots=True)
-class Para:
-    text: str
-    top: float  # y of the block's top edge, in points
-    bottom: float
+def _extract(data: bytes, count: int) -> list[list[Para]]:
+    ranges = [(a, min(a + BATCH_PAGES, count)) for a in range(0, count, BATCH_PAGES)]
+    if count < PARALLEL_MIN_PAGES or (os.cpu_count() or 1) < 2:
+        return [page for a, b in ranges for page in extract_pages(data, a, b)]
+    # Processes, not threads: extraction is CPU-bound and holds the GIL. `spawn`, not `fork`: the sidecar process
+    # may hold torch's thread pools, which do not survive a fork.
+    with ProcessPoolExecutor(max_workers=2, mp_context=mp.get_context("spawn")) as pool:
+        batches = pool.map(extract_pages, repeat(data), [a for a, _ in ranges], [b for _, b in ranges])
+        return [page for batch in batches for page in batch]
+
+
+def extract_pages(data: bytes, first: int, last: int) -> list[list[Para]]:
+    """Text blocks of pages [first, last), in reading order (runs in worker processes for long documents)."""
+    import pymupdf
+
+    with pymupdf.open(stream=data, filetype="pdf") as pdf:
+        return [_page_paragraphs(pdf[n]) for n in range(first, last)]
 
 
 def _page_paragraphs(page) -> list[Para]:
     paragraphs = []
-    for _x0, y0, _x1, y1, raw, _n, kind in page.get_text("blocks", sort=True):
-        if kind != 0:  # image block
+    height = page.rect.height
+    for block in page.get_text("dict", sort=True)["blocks"]:
+        if block.get("type") != 0:  # image block
             continue
-        cleaned = clean(raw)
+        lines, weighted, chars = [], 0.0, 0
+        for line in block["lines"]:
+            lines.append("".join(span["text"] for span in line["spans"]))
+            for span in line["spans"]:
+                n = len(span["text"].strip())
+                weighted += span["size"] * n
+                chars += n
+        cleaned = clean("\n".join(lines))
         if cleaned:
-            paragraphs.append(Para(cleaned, y0, y1))
+            paragraphs.append(Para(cleaned, block["bbox"][1], block["bbox"][3], weighted / max(chars, 1), height))
     return paragraphs
+
+
+def body_size(pages: list[list[Para]]) -> float:
+    """The font size most characters are set in."""
+    sizes: Counter[float] = Counter()
+    for paragraphs in pages:
+        for p in paragraphs:
+            sizes[_size_class(p.size)] += len(p.text)
+    return sizes.most_common(1)[0][0] if sizes else 0.0
+
+
+def _size_class(size: float) -> float:
+    return round(size * 2) / 2
+
+
+def render(pages: list[list[Para]], body: float) -> list[list[str]]:
+    """Markdown for each paragraph: headings by font size (larger sizes, higher levels), footnotes as Markdown
+    footnotes, bullets as list items; text that Markdown would misread (a line starting with #, >, |) escaped."""
+    sizes = sorted({_size_class(p.size) for ps in pages for p in ps if _is_heading(p, body)}, reverse=True)
+    level = {size: min(i + 1, 6) for i, size in enumerate(sizes)}
+    out = []
+    for paragraphs in pages:
+        rendered = []
+        for p in paragraphs:
+            if _is_heading(p, body):
+                rendered.append("#" * level[_size_class(p.size)] + " " + " ".join(p.text.split()))
+            elif _is_footnote(p, body):
+                rendered.append(_FOOTNOTE_MARK.sub(lambda m: f"[^{m.group(1)}]: ", _escape(p.text), count=1))
+            else:
+                rendered.append(_BULLET.sub("- ", _escape(p.text)))
+        out.append(rendered)
+    return out
+
+
+def _is_heading(p: Para, body: float) -> bool:
+    return body > 0 and p.size >= body * HEADING_RATIO and len(p.text) <= 150 and p.text.count("\n") <= 1
+
+
+def _is_footnote(p: Para, body: float) -> bool:
+    low = p.page_height > 0 and p.top > p.page_height * 0.6
+    return body > 0 and low and p.size <= body * FOOTNOTE_RATIO and bool(_FOOTNOTE_MARK.match(p.text))
+
+
+def _escape(text: str) -> str:
+    return _MARKDOWN_START.sub("\\\\", text)
 
 
 def clean(text: str) -> str:
@@ -87,8 +180,8 @@ def clean(text: str) -> str:
     return _HYPHENATED.sub("", text)
 
 
-def remove_furniture(pages: list[list[Para]]) -> list[list[str]]:
-    """Drop running headers/footers and bare page numbers from the edges of each page; return paragraph texts.
+def remove_furniture(pages: list[list[Para]]) -> list[list[Para]]:
+    """Drop running headers/footers and bare page numbers from the edges of each page.
 
     Furniture is recognised two ways: the same text (digits ignored) near a page edge on several pages, or a short
     first or last paragraph whose vertical position recurs on most pages (a running footer such as
@@ -126,5 +219,5 @@ def remove_furniture(pages: list[list[Para]]) -> list[list[str]]:
                 kept.pop(0)
             if kept and furniture(kept[-1]):
                 kept.pop()
-        out.append([p.text for p in kept])
+        out.append(kept)
     return out
