@@ -323,3 +323,75 @@ def bench(
     for t in runs:
         tp.add_row(str(t.workers), str(t.documents), str(t.chunks), f"{t.wall_s:.2f}", f"{t.chunks / t.wall_s:.1f}")
     out.print(tp)
+
+
+@app.command("convert")
+def convert_cmd(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders to convert.", exists=True)],
+    out: Annotated[Path | None, typer.Option("--out", help="Write each document's Markdown here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+) -> None:
+    """Convert documents without storing them: Markdown, block map and speed (pages/s), to inspect or benchmark."""
+    import json
+    import time
+    from collections import Counter
+
+    from connector.convert import convert
+    from connector.errors import DocumentError
+    from connector.ingest import select
+
+    _logging(False, quiet=True)
+    rows = []
+    for ref in select(paths).refs:
+        t0 = time.perf_counter()
+        try:
+            doc = convert(ref.path.read_bytes(), ref.mime)
+        except DocumentError as exc:
+            rows.append({"file": ref.key, "error": str(exc)})
+            continue
+        seconds = time.perf_counter() - t0
+        tiled = (
+            doc.blocks[0].start == 0
+            and doc.blocks[-1].end == len(doc.markdown)
+            and all(a.end == b.start for a, b in zip(doc.blocks, doc.blocks[1:], strict=False))
+        )
+        rows.append(
+            {
+                "file": ref.key,
+                "pages": len(doc.page_starts) or None,
+                "chars": len(doc.markdown),
+                "blocks": dict(Counter(b.kind for b in doc.blocks)),
+                "units": len(doc.units),
+                "tiled": tiled,
+                "seconds": round(seconds, 3),
+            }
+        )
+        if out is not None:
+            target = out / f"{ref.key}.md"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(doc.markdown, encoding="utf-8")
+    pdf_rows = [r for r in rows if r.get("pages")]
+    pages, seconds = sum(r["pages"] for r in pdf_rows), sum(r["seconds"] for r in pdf_rows)
+    summary = {
+        "documents": len(rows),
+        "failed": sum("error" in r for r in rows),
+        "pdf_pages": pages,
+        "pdf_seconds": round(seconds, 2),
+        "pdf_pages_per_s": round(pages / seconds, 1) if seconds else None,
+    }
+    if as_json:
+        print(json.dumps({"documents": rows, "summary": summary}, indent=2))
+        return
+    table = Table("file", "pages", "chars", "blocks", "units", "tiled", "s")
+    for r in rows:
+        if "error" in r:
+            table.add_row(r["file"], "", "", f"[red]{r['error']}[/red]", "", "", "")
+            continue
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(r["blocks"].items()))
+        table.add_row(r["file"], str(r["pages"] or ""), str(r["chars"]), kinds, str(r["units"]),
+                      "yes" if r["tiled"] else "[red]NO[/red]", f"{r['seconds']:.2f}")  # fmt: skip
+    output = _report_console()
+    output.print(table)
+    output.print(f"PDF: {pages} pages in {seconds:.2f} s = {summary['pdf_pages_per_s']} pages/s")
+    if any("error" in r or not r["tiled"] for r in rows):
+        raise typer.Exit(1)

@@ -43,6 +43,7 @@ def test_furniture_detection_by_position_and_by_repetition() -> None:
 
     bodies = ["Alpha text here.", "Beta words there.", "Gamma content.", "Delta sentence.", "Epsilon remark."]
     pages = [page(n, body) for n, body in enumerate(bodies, start=1)]
+
     def texts(result):
         return [[p.text for p in paragraphs] for paragraphs in result]
 
@@ -145,3 +146,47 @@ def test_block_kinds_are_the_documented_ones(kind: str) -> None:
     from connector.models import BLOCK_KINDS
 
     assert kind in BLOCK_KINDS and Block(0, 1, kind).kind == kind
+
+
+def _typeset(pages: list[list[tuple[float, float, str]]]) -> bytes:
+    """A PDF whose pages hold (y, font size, text) lines, set in Helvetica."""
+    pdf = pymupdf.open()
+    for lines in pages:
+        page = pdf.new_page()
+        for y, size, text in lines:
+            page.insert_text((72, y), text, fontsize=size)
+    return pdf.tobytes()
+
+
+def test_pdf_headings_by_font_size_footnotes_and_escaping() -> None:
+    body = "Body text set at the ordinary size of this document, long enough to count as the body.1"
+    data = _typeset(
+        [
+            [
+                (72, 22, "Main Title"),
+                (110, 16, "1 Introduction"),
+                (140, 11, body),
+                (160, 11, "# this line starts with a hash but is text"),
+                (700, 8, "1 The footnote that explains the body text."),
+            ]
+        ]
+    )
+    doc = convert(data, "application/pdf")
+    kinds = {doc.markdown[b.start : b.end].strip(): b.kind for b in doc.blocks}
+    assert kinds["# Main Title"] == "heading"
+    assert kinds["## 1 Introduction"] == "heading"
+    assert kinds["[^1]: The footnote that explains the body text."] == "footnote"
+    assert doc.section_path_at(doc.markdown.index("Body text")) == ("Main Title", "1 Introduction")
+    assert "\\# this line starts with a hash" in doc.markdown
+    assert not any(t.startswith("# this line") for t in kinds)
+    footnote_unit = next(u for u in doc.units if "The footnote" in doc.markdown[u.start : u.end])
+    assert "Body text" in doc.markdown[footnote_unit.start : footnote_unit.end], "bound to the text before it"
+
+
+def test_long_pdfs_are_extracted_in_parallel_with_the_same_result() -> None:
+    from connector.convert import pdf
+
+    pages = [[(72, 11, f"Page {n} says something different: {'word ' * (n % 7 + 3)}")] for n in range(70)]
+    data = _typeset(pages)
+    assert len(pages) >= pdf.PARALLEL_MIN_PAGES
+    assert pdf._extract(data, len(pages)) == pdf.extract_pages(data, 0, len(pages))
