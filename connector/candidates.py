@@ -1,12 +1,19 @@
 """Candidate generation: every configured strategy over one document, each cleaned by the guards.
 
 A strategy that raises becomes a candidate with `error` set, recorded but unable to win; the others still compete.
+Long documents are chunked by all strategies at once in worker processes (the chunkers are CPU-bound Python: threads
+would queue on the GIL); short ones serially, where starting the work elsewhere would cost more than it saves.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import multiprocessing as mp
+import os
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 from connector import guards
 from connector.chunkers import Chunker
@@ -17,28 +24,66 @@ from connector.timing import NULL_TIMER, Timer
 
 log = logging.getLogger(__name__)
 
+PARALLEL_MIN_CHARS = 200_000
+
+_pool: ProcessPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
 
 def generate(
-    document: Document, chunkers: list[Chunker], settings: ChunkingSettings, timer: Timer = NULL_TIMER
+    document: Document,
+    chunkers: list[Chunker],
+    settings: ChunkingSettings,
+    timer: Timer = NULL_TIMER,
+    parallel: bool | None = None,
 ) -> list[Candidate]:
-    return [_one(document, chunker, settings, timer) for chunker in chunkers]
+    """One candidate per chunker, in the chunkers' order. `parallel=None` decides by document length."""
+    if parallel is None:
+        parallel = len(document.markdown) >= PARALLEL_MIN_CHARS and len(chunkers) > 1 and (os.cpu_count() or 1) > 1
+    if parallel:
+        results = list(_shared_pool().map(_one, [document] * len(chunkers), chunkers, [settings] * len(chunkers)))
+    else:
+        results = [_one(document, chunker, settings) for chunker in chunkers]
+    for _, split_ms, guard_ms in results:
+        timer.add({"candidates": split_ms, "guards": guard_ms})
+    return [candidate for candidate, _, _ in results]
 
 
-def _one(document: Document, chunker: Chunker, settings: ChunkingSettings, timer: Timer) -> Candidate:
+def _one(document: Document, chunker: Chunker, settings: ChunkingSettings) -> tuple[Candidate, float, float]:
     t0 = time.perf_counter()
+    t1 = t0
     try:
-        with timer("candidates"):
-            raw = chunker.split(document)
-        with timer("guards"):
-            # `guards=False` exists for baselines measured as the field runs them (e.g. LangChain's defaults).
-            chunks = tuple(guards.apply(document.markdown, raw, settings) if settings.guards else raw)
+        raw = chunker.split(document)
+        t1 = time.perf_counter()
+        # `guards=False` exists for baselines measured as the field runs them (e.g. LangChain's defaults).
+        chunks = tuple(guards.apply(document.markdown, raw, settings) if settings.guards else raw)
     except NotApplicable as exc:
-        return Candidate(chunker.name, (), chunker.params, _ms(t0), error=f"skipped: {exc}")
+        return Candidate(chunker.name, (), chunker.params, _ms(t0), error=f"skipped: {exc}"), _ms(t0), 0.0
     except Exception as exc:  # one broken strategy must not sink the document
         log.exception("strategy %s failed", chunker.name)
-        return Candidate(chunker.name, (), chunker.params, _ms(t0), error=f"{type(exc).__name__}: {exc}")
-    return Candidate(chunker.name, chunks, chunker.params, _ms(t0))
+        failed = Candidate(chunker.name, (), chunker.params, _ms(t0), error=f"{type(exc).__name__}: {exc}")
+        return failed, _ms(t0), 0.0
+    return Candidate(chunker.name, chunks, chunker.params, _ms(t0)), (t1 - t0) * 1000, _ms(t1)
 
 
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000
+
+
+def _shared_pool() -> ProcessPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            # `spawn`: the sidecar process holds torch's thread pools, which do not survive a fork.
+            _pool = ProcessPoolExecutor(max_workers=2, mp_context=mp.get_context("spawn"))
+            atexit.register(shutdown_pool)
+        return _pool
+
+
+def shutdown_pool() -> None:
+    """Stop the worker processes (at exit, or when a test wants no processes left behind)."""
+    global _pool
+    with _pool_lock:
+        if _pool is not None:
+            _pool.shutdown(wait=True, cancel_futures=True)
+            _pool = None

@@ -18,6 +18,23 @@ def embed_winner(document: Document, winner: Candidate, embedder: Embedder) -> t
             page_end=document.page_at(c.end - 1),
             section_path=document.section_path_at(c.start),
             embed_windows=result.windows[i],
+            chunk_type=chunk_type(document, c),
         )
         for i, c in enumerate(chunks)
     )
+
+
+_TYPE_BY_KIND = {"table": "table", "list": "list", "code": "code"}
+
+
+def chunk_type(document: Document, chunk) -> str:
+    """text, table, list or code: the kind of the blocks holding most of the chunk's characters."""
+    share: dict[str, int] = {}
+    for block in document.blocks:
+        if block.end <= chunk.start:
+            continue
+        if block.start >= chunk.end:
+            break
+        kind = _TYPE_BY_KIND.get(block.kind, "text")
+        share[kind] = share.get(kind, 0) + min(block.end, chunk.end) - max(block.start, chunk.start)
+    return max(share, key=share.get) if share else "text"

@@ -3,6 +3,9 @@
 1. Oversize: a chunk above `max_tokens` is re-split with the recursive splitter at `max_tokens`.
 2. Tiny: a chunk below `min_tokens` is merged into the next chunk if the result stays within `merge_limit`, else
    into the previous one if that fits; repeated until nothing changes.
+
+Ours: a merge that stays within `max_tokens` is preferred (next, then previous) before one that only stays within
+`merge_limit`: a 1100–1150-token chunk is allowed by the guard but counts against Size Compliance.
 """
 
 from __future__ import annotations
@@ -37,20 +40,29 @@ def merge_tiny(text: str, chunks: list[Chunk], settings: ChunkingSettings) -> li
             if out[i].token_count >= settings.min_tokens or len(out) == 1:
                 i += 1
                 continue
-            if i + 1 < len(out) and (merged := _merge(text, out[i], out[i + 1], settings)) is not None:
-                out[i : i + 2] = [merged]
-                changed = True
-            elif i > 0 and (merged := _merge(text, out[i - 1], out[i], settings)) is not None:
-                out[i - 1 : i + 1] = [merged]
-                changed = True
-                i -= 1
-            else:
+            merged_at = _merge_tiny_at(text, out, i, settings)
+            if merged_at is None:
                 i += 1
+            else:
+                changed = True
+                i = merged_at
     return out
 
 
-def _merge(text: str, left: Chunk, right: Chunk, settings: ChunkingSettings) -> Chunk | None:
+def _merge_tiny_at(text: str, out: list[Chunk], i: int, settings: ChunkingSettings) -> int | None:
+    """Merge out[i] into a neighbour in place; the index to continue from, or None when no merge fits."""
+    for limit in (settings.max_tokens, settings.merge_limit):
+        if i + 1 < len(out) and (merged := _merge(text, out[i], out[i + 1], limit, settings)) is not None:
+            out[i : i + 2] = [merged]
+            return i
+        if i > 0 and (merged := _merge(text, out[i - 1], out[i], limit, settings)) is not None:
+            out[i - 1 : i + 1] = [merged]
+            return i - 1
+    return None
+
+
+def _merge(text: str, left: Chunk, right: Chunk, limit: int, settings: ChunkingSettings) -> Chunk | None:
     merged = make_chunk(text, min(left.start, right.start), max(left.end, right.end), settings.encoding)
-    if merged is not None and merged.token_count <= settings.merge_limit:
+    if merged is not None and merged.token_count <= limit:
         return merged
     return None

@@ -110,6 +110,7 @@ class EmbeddedChunk:
     page_end: int | None
     section_path: tuple[str, ...]
     embed_windows: int
+    chunk_type: str = "text"  # text, table, list or code
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,11 +23,14 @@ class ChunkingSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CONNECTOR_CHUNK_", env_file=".env", extra="ignore")
 
-    strategies: tuple[str, ...] = ("page", "recursive_1100")
+    strategies: tuple[str, ...] = ("page", "recursive_1100", "recursive_600", "sections", "sentence", "token_window")
     max_tokens: int = Field(1100, description="Oversize guard: a chunk above this is re-split.")
     min_tokens: int = Field(100, description="Tiny guard: a chunk below this is merged into a neighbour.")
     merge_limit: int = Field(1150, description="Tiny guard: a merge may not produce a chunk above this.")
     encoding: str = Field("o200k_base", description="tiktoken encoding used for every token count.")
+    sentences_per_chunk: int = Field(8, description="`sentence` strategy: sentences per chunk.")
+    window_tokens: int = Field(512, description="`token_window` strategy: window size.")
+    window_overlap: int = Field(50, description="`token_window` strategy: tokens shared by consecutive windows.")
     guards: bool = Field(True, description="Apply the guards; off only to measure baselines as others run them.")
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from connector import candidates, guards
-from connector.chunkers import build
+from connector.chunkers import STRATEGIES, build
 from connector.chunkers.page import PageChunker
 from connector.chunkers.recursive import RecursiveChunker, split_span
 from connector.convert import convert, mime_for_path
@@ -16,8 +16,9 @@ from connector.settings import ChunkingSettings
 from tests.conftest import FIXTURES
 
 WORDS = st.sampled_from(
-    ["alpha", "beta", "gamma", "delta", "Postgres", "vector", "index", "chunk", "it", "the", "of", "3.14", "x"]
-)
+    ["alpha", "beta", "gamma", "delta", "Postgres", "vector", "index", "chunk", "it", "the", "of", "3.14", "x",
+     '"Quoted."', "(aside.)", "e.g.", "Dr.", "“Curly.”"]
+)  # fmt: skip
 SENTENCE = st.builds(
     lambda ws, end: " ".join(ws) + end, st.lists(WORDS, min_size=1, max_size=25), st.sampled_from(".!?,")
 )
@@ -32,12 +33,14 @@ LINE = st.one_of(
 MARKDOWN = st.lists(LINE, min_size=1, max_size=120).map("\n".join)
 
 
-def assert_contract(text: str, chunks) -> None:
-    prev_end = 0
+def assert_contract(text: str, chunks, overlapping: bool = False) -> None:
+    prev_end = prev_start = 0
     covered = [False] * len(text)
     for c in chunks:
         assert text[c.start : c.end] == c.text, "offsets must be exact"
-        assert c.start >= prev_end, "chunks must be in order and not overlap"
+        assert c.start >= (prev_start if overlapping else prev_end), "chunks must be in order (and not overlap)"
+        assert c.start > prev_start or c is chunks[0], "no two chunks start at the same place"
+        prev_start = c.start
         assert c.text == c.text.strip() and c.text
         prev_end = c.end
         for i in range(c.start, c.end):
@@ -52,6 +55,23 @@ def test_recursive_contract(text: str, size: int) -> None:
     chunks = RecursiveChunker(max_tokens=size).split(Document(text, ()))
     assert_contract(text, chunks)
     assert all(c.token_count <= size for c in chunks)
+
+
+@pytest.mark.parametrize("strategy", [s for s in STRATEGIES if s != "page"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=MARKDOWN)
+def test_every_strategy_keeps_the_contract_after_guards(strategy: str, text: str) -> None:
+    assume(text.strip())
+    cfg = ChunkingSettings(strategies=(strategy,), max_tokens=120, min_tokens=20, merge_limit=130, window_tokens=60,
+                           window_overlap=10, sentences_per_chunk=3)  # fmt: skip
+    doc = convert(text.encode(), "text/markdown")
+    (candidate,) = candidates.generate(doc, build(cfg), cfg, parallel=False)
+    if candidate.error:
+        assert candidate.error == "skipped: document has no headings" and strategy == "sections"
+        return
+    assert_contract(doc.markdown, candidate.chunks, overlapping=candidate.params.get("overlapping", False))
+    limit = cfg.merge_limit if strategy != "langchain_4000" else cfg.merge_limit * 10
+    assert all(c.token_count <= limit for c in candidate.chunks)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -87,7 +107,7 @@ def test_heading_starts_a_new_chunk_and_stays_with_its_text() -> None:
 
 @pytest.mark.parametrize("name", ["apache-2.0.txt", "debian-manifesto.txt", "lppl-1.3c.pdf", "dockerfile-reference.md"])
 def test_every_strategy_on_real_documents(name: str) -> None:
-    cfg = ChunkingSettings(strategies=("page", "recursive_1100", "recursive_600"))
+    cfg = ChunkingSettings(strategies=STRATEGIES)
     doc = convert((FIXTURES / name).read_bytes(), mime_for_path(name))
     pool = candidates.generate(doc, build(cfg), cfg)
     assert [c.strategy for c in pool] == list(cfg.strategies)
@@ -95,9 +115,12 @@ def test_every_strategy_on_real_documents(name: str) -> None:
         if candidate.strategy == "page" and not doc.page_starts:
             assert candidate.error == "skipped: document has no pages" and candidate.chunks == ()
             continue
+        if candidate.strategy == "sections" and not any(b.kind == "heading" for b in doc.blocks):
+            assert candidate.error == "skipped: document has no headings" and candidate.chunks == ()
+            continue
         assert candidate.error is None
         chunks = candidate.chunks
-        assert_contract(doc.markdown, chunks)
+        assert_contract(doc.markdown, chunks, overlapping=candidate.params.get("overlapping", False))
         assert all(c.token_count <= cfg.merge_limit for c in chunks), candidate.strategy
         if len(chunks) > 1:
             assert sum(c.token_count >= cfg.min_tokens for c in chunks) / len(chunks) >= 0.9, candidate.strategy

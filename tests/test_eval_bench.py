@@ -10,6 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from connector.settings import ChunkingSettings
 from tests.conftest import FIXTURES, child_env, connector_cmd
 
 DOCS = ("apache-2.0.txt", "debian-manifesto.txt", "lppl-1.3c.pdf", "dockerfile-reference.md")
@@ -50,7 +51,7 @@ def test_eval_with_docs_compares_every_run(tmp_path: Path, dsn: str, corpus: Pat
     report = json.loads(result.stdout)
     assert report["questions"] == len(records)
     runs = {r["name"]: r for r in report["runs"]}
-    assert list(runs) == ["adaptive", "page", "recursive_1100", "langchain_4000"]
+    assert list(runs) == ["adaptive", *ChunkingSettings().strategies, "langchain_4000"]
     assert runs["page"]["documents"] == 1, "page applies to the one PDF only"
     for name in ("adaptive", "recursive_1100", "langchain_4000"):
         assert runs[name]["documents"] == 4

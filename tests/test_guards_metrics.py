@@ -54,18 +54,25 @@ def test_tiny_chunk_prefers_the_next_chunk_over_the_previous() -> None:
 def test_tiny_chunk_falls_back_to_the_previous_chunk_when_the_next_is_too_big() -> None:
     text = "alpha " * 300 + "\n\nTiny middle.\n\n" + "omega " * 1148
     chunks = chunks_at(text, [text.index("Tiny middle."), text.index("omega")])
-    out = guards.apply(text, chunks, ChunkingSettings(max_tokens=5000))
+    out = guards.merge_tiny(text, chunks, CFG)  # the tiny guard alone: the big neighbour stays whole
     assert len(out) == 2
     assert out[0].start == 0 and out[0].text.endswith("Tiny middle.")
     assert out[1] == chunks[2]
+
+
+def test_a_merge_within_the_size_limit_is_preferred_to_one_within_the_merge_limit() -> None:
+    text = "alpha " * 500 + "\n\nTiny middle.\n\n" + "omega " * 1098
+    chunks = chunks_at(text, [text.index("Tiny middle."), text.index("omega")])
+    out = guards.merge_tiny(text, chunks, CFG)
+    # Next would make 1100 < n <= 1150 (allowed, but outside Size Compliance); previous stays within 1100.
+    assert len(out) == 2 and out[0].text.endswith("Tiny middle.") and out[0].token_count <= 1100
 
 
 def test_tiny_chunk_stays_when_no_merge_fits() -> None:
     text = "word " * 1149 + "\n\nTiny.\n\n" + "word " * 1149
     chunks = chunks_at(text, [text.index("Tiny."), text.index("word", text.index("Tiny."))])
     assert [c.token_count > 1100 for c in chunks] == [True, False, True]
-    no_oversize = ChunkingSettings(max_tokens=5000)  # keep the big neighbours whole: only the tiny guard acts
-    assert guards.apply(text, chunks, no_oversize) == chunks
+    assert guards.merge_tiny(text, chunks, CFG) == chunks  # the tiny guard alone: the big neighbours stay whole
 
 
 def test_oversize_chunk_is_resplit() -> None:

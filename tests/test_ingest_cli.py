@@ -11,6 +11,7 @@ import pytest
 from pgvector.psycopg import register_vector
 
 from connector.embedders import load
+from connector.settings import ChunkingSettings
 from tests.conftest import FIXTURES, child_env, connector_cmd
 from tests.dbchecks import assert_consistent, documents
 
@@ -45,10 +46,9 @@ def test_ingest_folder(tmp_path: Path, dsn: str, corpus: Path) -> None:
     with psycopg.connect(dsn) as conn:
         docs = documents(conn)
         assert set(docs) == {"legal/apache-2.0.txt", "legal/lppl-1.3c.pdf", "dockerfile-reference.md"}
-        assert all(
-            status == "done" and strategy in ("page", "recursive_1100") for status, strategy, *_ in docs.values()
-        )
-        assert all(strategy == "recursive_1100" for key, (_, strategy, *_) in docs.items() if not key.endswith(".pdf"))
+        strategies = ChunkingSettings().strategies
+        assert all(status == "done" and strategy in strategies for status, strategy, *_ in docs.values())
+        assert all(strategy != "page" for key, (_, strategy, *_) in docs.items() if not key.endswith(".pdf"))
         assert_consistent(conn)
         pages = conn.execute(
             """SELECT min(page_start), max(page_end), bool_and(page_start <= page_end) FROM connector.chunks c
@@ -59,13 +59,17 @@ def test_ingest_folder(tmp_path: Path, dsn: str, corpus: Path) -> None:
             """SELECT d.source_key, c.strategy, c.sc IS NOT NULL AND c.bi IS NOT NULL, c.rc, c.icc, c.dcc, c.error
                FROM connector.candidates c JOIN connector.documents d ON d.id = c.document_id"""
         ).fetchall()
-        assert len(candidates) == 6
+        assert len(candidates) == 3 * len(strategies)
         for key, strategy, scored, rc, icc, dcc, error in candidates:
             assert (rc, icc, dcc) == (None, None, None)
             if strategy == "page" and not key.endswith(".pdf"):
                 assert error == "skipped: document has no pages" and not scored
+            elif strategy == "sections" and key == "legal/apache-2.0.txt":
+                assert error == "skipped: document has no headings" and not scored
             else:
-                assert error is None and scored
+                assert error is None and scored, (key, strategy, error)
+        types = dict(conn.execute("SELECT chunk_type, count(*) FROM connector.chunks GROUP BY 1").fetchall())
+        assert set(types) <= {"text", "table", "list", "code"} and types.get("text", 0) > 0
         sections = conn.execute(
             """SELECT count(*) FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id
                WHERE d.source_key = 'dockerfile-reference.md' AND cardinality(section_path) > 0"""

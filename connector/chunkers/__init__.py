@@ -6,10 +6,13 @@ from connector.chunkers.base import Chunker
 from connector.chunkers.langchain import LangChainChunker
 from connector.chunkers.page import PageChunker
 from connector.chunkers.recursive import RecursiveChunker
+from connector.chunkers.sections import SectionsChunker
+from connector.chunkers.sentences import SentenceChunker
+from connector.chunkers.window import TokenWindowChunker
 from connector.errors import FatalError
 from connector.settings import ChunkingSettings
 
-STRATEGIES = ("page", "recursive_1100", "recursive_600", "langchain_4000")
+STRATEGIES = ("page", "recursive_1100", "recursive_600", "sections", "sentence", "token_window", "langchain_4000")
 
 
 def build(settings: ChunkingSettings) -> list[Chunker]:
@@ -20,6 +23,16 @@ def build(settings: ChunkingSettings) -> list[Chunker]:
             chunkers.append(PageChunker(encoding=settings.encoding))
         elif name == "langchain_4000":
             chunkers.append(LangChainChunker(encoding=settings.encoding))
+        elif name == "sections":
+            chunkers.append(SectionsChunker(max_tokens=settings.max_tokens, encoding=settings.encoding))
+        elif name == "sentence":
+            chunkers.append(SentenceChunker(sentences=settings.sentences_per_chunk, encoding=settings.encoding))
+        elif name == "token_window":
+            chunkers.append(
+                TokenWindowChunker(
+                    size=settings.window_tokens, overlap=settings.window_overlap, encoding=settings.encoding
+                )
+            )
         elif name.startswith("recursive_") and name.removeprefix("recursive_").isdigit():
             size = int(name.removeprefix("recursive_"))
             chunkers.append(RecursiveChunker(max_tokens=size, encoding=settings.encoding, name=name))

@@ -28,7 +28,7 @@ class LangChainChunker:
 
     @property
     def params(self) -> dict:
-        return {"chunk_size": self.chunk_size, "overlap": self.overlap, "unit": "characters"}
+        return {"chunk_size": self.chunk_size, "overlap": self.overlap, "unit": "characters", "overlapping": True}
 
     def split(self, document: Document) -> list[Chunk]:
         text = document.markdown

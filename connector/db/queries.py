@@ -66,12 +66,12 @@ SELECT nextval(pg_get_serial_sequence('connector.chunks', 'id')) FROM generate_s
 
 COPY_CHUNKS = """
 COPY connector.chunks (id, document_id, ordinal, text, token_count, start_char, end_char, page_start, page_end,
-                       section_path, prev_chunk_id, next_chunk_id, embedding, embed_windows, strategy)
+                       section_path, chunk_type, prev_chunk_id, next_chunk_id, embedding, embed_windows, strategy)
 FROM STDIN (FORMAT BINARY)
 """
 COPY_CHUNKS_TYPES = [
     "int8", "int8", "int4", "text", "int4", "int4", "int4", "int4", "int4",
-    "text[]", "int8", "int8", "vector", "int4", "text",
+    "text[]", "text", "int8", "int8", "vector", "int4", "text",
 ]  # fmt: skip
 
 INSERT_CANDIDATE = """

@@ -125,7 +125,7 @@ class Store:
                     copy.write_row(
                         (
                             ids[i], doc_id, ec.ordinal, c.text, c.token_count, c.start, c.end,
-                            ec.page_start, ec.page_end, list(ec.section_path),
+                            ec.page_start, ec.page_end, list(ec.section_path), ec.chunk_type,
                             ids[i - 1] if i > 0 else None, ids[i + 1] if i + 1 < n else None,
                             ec.embedding, ec.embed_windows, strategy,
                         )

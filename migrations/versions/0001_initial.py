@@ -115,6 +115,7 @@ def upgrade() -> None:
             page_start    integer,
             page_end      integer,
             section_path  text[] NOT NULL DEFAULT '{{}}',
+            chunk_type    text NOT NULL DEFAULT 'text' CHECK (chunk_type IN ('text', 'table', 'list', 'code')),
             prev_chunk_id bigint,
             next_chunk_id bigint,
             embedding     vector({dim}) NOT NULL,
