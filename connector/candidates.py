@@ -52,18 +52,23 @@ def generate(
 def _one(document: Document, chunker: Chunker, settings: ChunkingSettings) -> tuple[Candidate, float, float]:
     t0 = time.perf_counter()
     t1 = t0
+    params = dict(chunker.params)
     try:
-        raw = chunker.split(document)
+        if hasattr(chunker, "split_with_params"):  # strategies that record per-document details (llm_regex)
+            raw, notes = chunker.split_with_params(document)
+            params.update(notes)
+        else:
+            raw = chunker.split(document)
         t1 = time.perf_counter()
         # `guards=False` exists for baselines measured as the field runs them (e.g. LangChain's defaults).
         chunks = tuple(guards.apply(document.markdown, raw, settings) if settings.guards else raw)
     except NotApplicable as exc:
-        return Candidate(chunker.name, (), chunker.params, _ms(t0), error=f"skipped: {exc}"), _ms(t0), 0.0
+        return Candidate(chunker.name, (), params, _ms(t0), error=f"skipped: {exc}"), _ms(t0), 0.0
     except Exception as exc:  # one broken strategy must not sink the document
         log.exception("strategy %s failed", chunker.name)
-        failed = Candidate(chunker.name, (), chunker.params, _ms(t0), error=f"{type(exc).__name__}: {exc}")
+        failed = Candidate(chunker.name, (), params, _ms(t0), error=f"{type(exc).__name__}: {exc}")
         return failed, _ms(t0), 0.0
-    return Candidate(chunker.name, chunks, chunker.params, _ms(t0)), (t1 - t0) * 1000, _ms(t1)
+    return Candidate(chunker.name, chunks, params, _ms(t0)), (t1 - t0) * 1000, _ms(t1)
 
 
 def _ms(t0: float) -> float:

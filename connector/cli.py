@@ -216,6 +216,9 @@ def eval_(
     settings = _settings(dsn, embedder=embedder)
     records = qa.load(qa_path)
     strategies = list(strategy or settings.chunking.strategies)
+    if "llm_regex" in strategies and not settings.chunking.llm.base_url:
+        strategies.remove("llm_regex")
+        console.print("[yellow]llm_regex left out[/yellow]: no LLM endpoint configured (CONNECTOR_LLM_BASE_URL)")
     with _errors(), database(settings) as url, console.status("evaluating") as status:
         results, missing = run_eval(
             settings, url, records, k, strategies, docs, lambda msg: status.update(f"evaluating: {msg}")

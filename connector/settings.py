@@ -18,12 +18,28 @@ SCHEMA = "connector"
 NOTIFY_CHANNEL = "connector_documents"
 
 
+class LLMSettings(BaseSettings):
+    """The OpenAI-compatible chat endpoint of the `llm_regex` strategy; without `base_url` the strategy is skipped."""
+
+    model_config = SettingsConfigDict(env_prefix="CONNECTOR_LLM_", env_file=".env", extra="ignore")
+
+    base_url: str | None = Field(None, description="e.g. https://api.openai.com/v1 or a local server's /v1.")
+    api_key: SecretStr | None = None
+    model: str = "gpt-4o-mini"
+    timeout: float = Field(60.0, description="Seconds to wait for the endpoint.")
+    context_tokens: int = Field(8000, description="The model sees the document's first lines up to this many tokens.")
+    regex_timeout: float = Field(2.0, description="Seconds the returned pattern may run over one document.")
+    cache_dir: Path = Field(Path(".connector/llm-regex"), description="Patterns cached by content hash.")
+
+
 class ChunkingSettings(BaseSettings):
     """Token thresholds of the candidates and guards (algorithm-spec §2–3)."""
 
     model_config = SettingsConfigDict(env_prefix="CONNECTOR_CHUNK_", env_file=".env", extra="ignore")
 
-    strategies: tuple[str, ...] = ("page", "recursive_1100", "recursive_600", "sections", "sentence", "token_window")
+    strategies: tuple[str, ...] = (
+        "page", "recursive_1100", "recursive_600", "llm_regex", "sections", "sentence", "token_window",
+    )  # fmt: skip
     max_tokens: int = Field(1100, description="Oversize guard: a chunk above this is re-split.")
     min_tokens: int = Field(100, description="Tiny guard: a chunk below this is merged into a neighbour.")
     merge_limit: int = Field(1150, description="Tiny guard: a merge may not produce a chunk above this.")
@@ -31,6 +47,7 @@ class ChunkingSettings(BaseSettings):
     sentences_per_chunk: int = Field(8, description="`sentence` strategy: sentences per chunk.")
     window_tokens: int = Field(512, description="`token_window` strategy: window size.")
     window_overlap: int = Field(50, description="`token_window` strategy: tokens shared by consecutive windows.")
+    llm: LLMSettings = Field(default_factory=LLMSettings)
     guards: bool = Field(True, description="Apply the guards; off only to measure baselines as others run them.")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -12,8 +14,9 @@ from connector.chunkers.page import PageChunker
 from connector.chunkers.recursive import RecursiveChunker, split_span
 from connector.convert import convert, mime_for_path
 from connector.models import Document
-from connector.settings import ChunkingSettings
+from connector.settings import ChunkingSettings, LLMSettings
 from tests.conftest import FIXTURES
+from tests.llm_stub import ChatStub
 
 WORDS = st.sampled_from(
     ["alpha", "beta", "gamma", "delta", "Postgres", "vector", "index", "chunk", "it", "the", "of", "3.14", "x",
@@ -57,13 +60,20 @@ def test_recursive_contract(text: str, size: int) -> None:
     assert all(c.token_count <= size for c in chunks)
 
 
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory) -> Iterator[LLMSettings]:
+    """The llm_regex strategy's endpoint: a local stub that always proposes "split before each heading"."""
+    with ChatStub("<regex>(?m)^#{1,6} </regex>") as stub:
+        yield LLMSettings(base_url=stub.base_url, cache_dir=tmp_path_factory.mktemp("llm-cache"))
+
+
 @pytest.mark.parametrize("strategy", [s for s in STRATEGIES if s != "page"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=MARKDOWN)
-def test_every_strategy_keeps_the_contract_after_guards(strategy: str, text: str) -> None:
+def test_every_strategy_keeps_the_contract_after_guards(strategy: str, text: str, llm: LLMSettings) -> None:
     assume(text.strip())
     cfg = ChunkingSettings(strategies=(strategy,), max_tokens=120, min_tokens=20, merge_limit=130, window_tokens=60,
-                           window_overlap=10, sentences_per_chunk=3)  # fmt: skip
+                           window_overlap=10, sentences_per_chunk=3, llm=llm)  # fmt: skip
     doc = convert(text.encode(), "text/markdown")
     (candidate,) = candidates.generate(doc, build(cfg), cfg, parallel=False)
     if candidate.error:
@@ -107,7 +117,7 @@ def test_heading_starts_a_new_chunk_and_stays_with_its_text() -> None:
 
 @pytest.mark.parametrize("name", ["apache-2.0.txt", "debian-manifesto.txt", "lppl-1.3c.pdf", "dockerfile-reference.md"])
 def test_every_strategy_on_real_documents(name: str) -> None:
-    cfg = ChunkingSettings(strategies=STRATEGIES)
+    cfg = ChunkingSettings(strategies=tuple(s for s in STRATEGIES if s != "llm_regex"))  # llm_regex: own tests
     doc = convert((FIXTURES / name).read_bytes(), mime_for_path(name))
     pool = candidates.generate(doc, build(cfg), cfg)
     assert [c.strategy for c in pool] == list(cfg.strategies)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from connector.chunkers.base import Chunker
 from connector.chunkers.langchain import LangChainChunker
+from connector.chunkers.llm_regex import LLMRegexChunker
 from connector.chunkers.page import PageChunker
 from connector.chunkers.recursive import RecursiveChunker
 from connector.chunkers.sections import SectionsChunker
@@ -12,7 +13,9 @@ from connector.chunkers.window import TokenWindowChunker
 from connector.errors import FatalError
 from connector.settings import ChunkingSettings
 
-STRATEGIES = ("page", "recursive_1100", "recursive_600", "sections", "sentence", "token_window", "langchain_4000")
+STRATEGIES = (
+    "page", "recursive_1100", "recursive_600", "llm_regex", "sections", "sentence", "token_window", "langchain_4000",
+)  # fmt: skip
 
 
 def build(settings: ChunkingSettings) -> list[Chunker]:
@@ -23,6 +26,8 @@ def build(settings: ChunkingSettings) -> list[Chunker]:
             chunkers.append(PageChunker(encoding=settings.encoding))
         elif name == "langchain_4000":
             chunkers.append(LangChainChunker(encoding=settings.encoding))
+        elif name == "llm_regex":
+            chunkers.append(LLMRegexChunker(llm=settings.llm, encoding=settings.encoding))
         elif name == "sections":
             chunkers.append(SectionsChunker(max_tokens=settings.max_tokens, encoding=settings.encoding))
         elif name == "sentence":
