@@ -4,8 +4,10 @@
 2. Tiny: a chunk below `min_tokens` is merged into the next chunk if the result stays within `merge_limit`, else
    into the previous one if that fits; repeated until nothing changes.
 
-Ours: a merge that stays within `max_tokens` is preferred (next, then previous) before one that only stays within
-`merge_limit`: a 1100–1150-token chunk is allowed by the guard but counts against Size Compliance.
+Ours: a merge that stays within `max_tokens` is preferred (next, then previous). When neither fits, the tiny chunk
+and a neighbour are re-split into two balanced chunks if both come out in range, before falling back to a merge
+that only stays within `merge_limit`: a 1100–1150-token chunk is allowed by the guard but counts against Size
+Compliance.
 """
 
 from __future__ import annotations
@@ -51,13 +53,29 @@ def merge_tiny(text: str, chunks: list[Chunk], settings: ChunkingSettings) -> li
 
 def _merge_tiny_at(text: str, out: list[Chunk], i: int, settings: ChunkingSettings) -> int | None:
     """Merge out[i] into a neighbour in place; the index to continue from, or None when no merge fits."""
-    for limit in (settings.max_tokens, settings.merge_limit):
-        if i + 1 < len(out) and (merged := _merge(text, out[i], out[i + 1], limit, settings)) is not None:
-            out[i : i + 2] = [merged]
-            return i
-        if i > 0 and (merged := _merge(text, out[i - 1], out[i], limit, settings)) is not None:
-            out[i - 1 : i + 1] = [merged]
-            return i - 1
+    for limit in (settings.max_tokens, None, settings.merge_limit):
+        for j in (i, i - 1):  # the pair (out[j], out[j + 1]): with the next chunk first, then the previous
+            if j < 0 or j + 1 >= len(out):
+                continue
+            replacement = (
+                _rebalance(text, out[j], out[j + 1], settings)
+                if limit is None
+                else _merge(text, out[j], out[j + 1], limit, settings)
+            )
+            if replacement is not None:
+                out[j : j + 2] = replacement if isinstance(replacement, list) else [replacement]
+                return j if limit is not None else j + len(replacement)
+    return None
+
+
+def _rebalance(text: str, left: Chunk, right: Chunk, settings: ChunkingSettings) -> list[Chunk] | None:
+    """The two chunks' text re-split into two of similar size, if both then lie in [min_tokens, max_tokens]."""
+    total = left.token_count + right.token_count
+    halves = split_span(
+        text, left.start, right.end, min(settings.max_tokens, total // 2 + total // 10), settings.encoding
+    )
+    if len(halves) == 2 and all(settings.min_tokens <= c.token_count <= settings.max_tokens for c in halves):
+        return halves
     return None
 
 

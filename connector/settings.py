@@ -38,13 +38,15 @@ class ChunkingSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CONNECTOR_CHUNK_", env_file=".env", extra="ignore")
 
     strategies: tuple[str, ...] = (
-        "page", "recursive_1100", "recursive_600", "llm_regex", "sections", "sentence", "token_window",
+        "page", "recursive_1100", "recursive_600", "llm_regex", "sections", "sentence", "semantic", "token_window",
     )  # fmt: skip
     max_tokens: int = Field(1100, description="Oversize guard: a chunk above this is re-split.")
     min_tokens: int = Field(100, description="Tiny guard: a chunk below this is merged into a neighbour.")
     merge_limit: int = Field(1150, description="Tiny guard: a merge may not produce a chunk above this.")
     encoding: str = Field("o200k_base", description="tiktoken encoding used for every token count.")
     sentences_per_chunk: int = Field(8, description="`sentence` strategy: sentences per chunk.")
+    semantic_percentile: float = Field(90.0, description="`semantic`: cut at gaps more distant than this percentile.")
+    semantic_encoder: str = Field("lexical", description="`semantic`: sentence encoder (lexical, minilm).")
     window_tokens: int = Field(512, description="`token_window` strategy: window size.")
     window_overlap: int = Field(50, description="`token_window` strategy: tokens shared by consecutive windows.")
     llm: LLMSettings = Field(default_factory=LLMSettings)

@@ -68,11 +68,14 @@ def test_a_merge_within_the_size_limit_is_preferred_to_one_within_the_merge_limi
     assert len(out) == 2 and out[0].text.endswith("Tiny middle.") and out[0].token_count <= 1100
 
 
-def test_tiny_chunk_stays_when_no_merge_fits() -> None:
+def test_tiny_chunk_between_full_neighbours_is_rebalanced_not_left_tiny() -> None:
     text = "word " * 1149 + "\n\nTiny.\n\n" + "word " * 1149
     chunks = chunks_at(text, [text.index("Tiny."), text.index("word", text.index("Tiny."))])
     assert [c.token_count > 1100 for c in chunks] == [True, False, True]
-    assert guards.merge_tiny(text, chunks, CFG) == chunks  # the tiny guard alone: the big neighbours stay whole
+    out = guards.merge_tiny(text, chunks, CFG)  # the tiny guard alone: no merge fits within 1150
+    assert len(out) == 3 and out[0] == chunks[0]
+    assert all(CFG.min_tokens <= c.token_count <= CFG.max_tokens for c in out[1:])
+    assert out[1].text.startswith("Tiny.") and out[2].text == text[out[2].start :].strip()
 
 
 def test_oversize_chunk_is_resplit() -> None:

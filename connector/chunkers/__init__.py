@@ -8,13 +8,15 @@ from connector.chunkers.llm_regex import LLMRegexChunker
 from connector.chunkers.page import PageChunker
 from connector.chunkers.recursive import RecursiveChunker
 from connector.chunkers.sections import SectionsChunker
+from connector.chunkers.semantic import SemanticChunker
 from connector.chunkers.sentences import SentenceChunker
 from connector.chunkers.window import TokenWindowChunker
 from connector.errors import FatalError
 from connector.settings import ChunkingSettings
 
 STRATEGIES = (
-    "page", "recursive_1100", "recursive_600", "llm_regex", "sections", "sentence", "token_window", "langchain_4000",
+    "page", "recursive_1100", "recursive_600", "llm_regex", "sections", "sentence", "semantic", "token_window",
+    "langchain_4000",
 )  # fmt: skip
 
 
@@ -32,6 +34,12 @@ def build(settings: ChunkingSettings) -> list[Chunker]:
             chunkers.append(SectionsChunker(max_tokens=settings.max_tokens, encoding=settings.encoding))
         elif name == "sentence":
             chunkers.append(SentenceChunker(sentences=settings.sentences_per_chunk, encoding=settings.encoding))
+        elif name == "semantic":
+            chunkers.append(
+                SemanticChunker(
+                    settings.semantic_percentile, encoder=settings.semantic_encoder, encoding=settings.encoding
+                )
+            )
         elif name == "token_window":
             chunkers.append(
                 TokenWindowChunker(

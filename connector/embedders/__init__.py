@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from connector.embedders.base import Embedder, Embeddings
 from connector.embedders.fake import FakeEmbedder
+from connector.embedders.lexical import LexicalEncoder
 from connector.embedders.minilm import MiniLMEmbedder
 from connector.errors import FatalError
 
-_BY_SETTING: dict[str, type] = {"minilm": MiniLMEmbedder, "fake": FakeEmbedder}
+_BY_SETTING: dict[str, type] = {"minilm": MiniLMEmbedder, "fake": FakeEmbedder, "lexical": LexicalEncoder}
 
 __all__ = ["Embedder", "Embeddings", "dimension_of", "embedder_class", "load"]
 

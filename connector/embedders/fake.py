@@ -1,19 +1,14 @@
 """A deterministic, instant embedder for tests and throughput benchmarks.
 
-It is a real bag-of-words model, not a random one: each lower-cased word is hashed to a signed coordinate, so texts
-that share words are close in cosine distance and nearest-neighbour queries behave sensibly in tests.
+It is a real bag-of-words model, not a random one (see `lexical.hashed_bow`): texts that share words are close in
+cosine distance, so nearest-neighbour queries behave sensibly in tests. Its vectors must never change: tests and
+stored test databases depend on them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
-
-import numpy as np
-
-from connector.embedders.base import Embeddings, normalise
-
-_WORD = re.compile(r"\w+")
+from connector.embedders.base import Embeddings
+from connector.embedders.lexical import hashed_bow
 
 
 class FakeEmbedder:
@@ -24,9 +19,4 @@ class FakeEmbedder:
         pass
 
     def embed(self, texts: list[str]) -> Embeddings:
-        vectors = np.zeros((len(texts), self.dim), dtype=np.float64)
-        for i, text in enumerate(texts):
-            for word in _WORD.findall(text.lower()):
-                h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
-                vectors[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
-        return Embeddings(normalise(vectors), (1,) * len(texts))
+        return Embeddings(hashed_bow(texts, self.dim), (1,) * len(texts))

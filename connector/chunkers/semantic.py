@@ -1,0 +1,62 @@
+"""Semantic splitting: cut where the similarity between neighbouring sentences drops.
+
+Each sentence is compared with its neighbours through windows of `window` sentences on either side of every gap
+(the mean of their vectors, as TextTiling does, which steadies the signal of short sentences); the gaps whose
+distance is in the top `(100 - percentile)` % become cuts. The guards then bound the sizes.
+
+The sentence encoder is lexical by default (hashed bag of words, no stop words): thousands of sentences per
+document cost milliseconds, where a neural model on a CPU costs minutes. `encoder` names any embedder setting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from connector.chunkers.base import make_chunk
+from connector.chunkers.sentences import sentence_spans
+from connector.models import Chunk, Document
+
+
+@dataclass(frozen=True)
+class SemanticChunker:
+    percentile: float = 90.0
+    window: int = 3
+    encoder: str = "lexical"
+    encoding: str = "o200k_base"
+    name: str = "semantic"
+
+    @property
+    def params(self) -> dict:
+        return {"percentile": self.percentile, "window": self.window, "encoder": self.encoder}
+
+    def split(self, document: Document) -> list[Chunk]:
+        from connector.embedders import load
+
+        text = document.markdown
+        spans = sentence_spans(text)
+        if len(spans) < 2:
+            chunk = make_chunk(text, 0, len(text), self.encoding)
+            return [chunk] if chunk else []
+        vectors = load(self.encoder).embed([text[a:b] for a, b in spans]).vectors
+        distances = gap_distances(vectors, self.window)
+        threshold = np.percentile(distances, self.percentile)
+        cuts = [spans[i + 1][0] for i, d in enumerate(distances) if d > threshold]
+        bounds = [0, *cuts, len(text)]
+        chunks = (make_chunk(text, a, b, self.encoding) for a, b in zip(bounds, bounds[1:], strict=False))
+        return [c for c in chunks if c is not None]
+
+
+def gap_distances(vectors: np.ndarray, window: int) -> np.ndarray:
+    """Cosine distance across each gap between sentence i and i + 1, from the mean vectors of `window` sentences
+    before and after the gap."""
+    n = len(vectors)
+    prefix = np.vstack([np.zeros((1, vectors.shape[1])), np.cumsum(vectors, axis=0)])
+    out = np.empty(n - 1)
+    for i in range(n - 1):
+        left = prefix[i + 1] - prefix[max(0, i + 1 - window)]
+        right = prefix[min(n, i + 1 + window)] - prefix[i + 1]
+        denominator = np.linalg.norm(left) * np.linalg.norm(right)
+        out[i] = 1.0 - (left @ right) / denominator if denominator else 1.0
+    return out

@@ -1,0 +1,108 @@
+"""Hashed bag-of-words vectors: a fast, deterministic, lexical stand-in for a sentence embedder.
+
+Used where thousands of sentences must be compared per document and a neural model would cost minutes on a CPU
+(the `semantic` strategy's default), and, without stop-word filtering, as the `fake` embedder of tests and
+benchmarks. Each word is hashed to a signed coordinate (the hashing trick); counts are log-scaled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import numpy as np
+
+from connector.embedders.base import Embeddings, normalise
+
+_WORD = re.compile(r"\w+")
+STOP_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "for",
+        "from",
+        "has",
+        "have",
+        "he",
+        "her",
+        "his",
+        "i",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "our",
+        "she",
+        "so",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "we",
+        "were",
+        "which",
+        "who",
+        "will",
+        "with",
+        "you",
+        "your",
+        "not",
+        "no",
+        "can",
+        "may",
+        "must",
+        "should",
+        "would",
+        "been",
+        "being",
+        "do",
+        "does",
+        "did",
+        "if",
+        "into",
+        "than",
+        "also",
+        "such",
+    ]
+)
+
+
+def hashed_bow(texts: list[str], dim: int, stop_words: frozenset[str] = frozenset()) -> np.ndarray:
+    vectors = np.zeros((len(texts), dim), dtype=np.float64)
+    for i, text in enumerate(texts):
+        counts: dict[str, int] = {}
+        for word in _WORD.findall(text.lower()):
+            if word not in stop_words:
+                counts[word] = counts.get(word, 0) + 1
+        for word, n in counts.items():
+            h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+            vectors[i, h % dim] += (1.0 + np.log(n)) * (1.0 if (h >> 32) & 1 else -1.0)
+    return normalise(vectors)
+
+
+class LexicalEncoder:
+    name = "lexical-hash-1024"
+    dim = 1024
+
+    def __init__(self, batch_size: int = 0):
+        pass
+
+    def embed(self, texts: list[str]) -> Embeddings:
+        return Embeddings(hashed_bow(texts, self.dim, STOP_WORDS), (1,) * len(texts))
