@@ -44,6 +44,7 @@ class ChunkingSettings(BaseSettings):
     min_tokens: int = Field(100, description="Tiny guard: a chunk below this is merged into a neighbour.")
     merge_limit: int = Field(1150, description="Tiny guard: a merge may not produce a chunk above this.")
     encoding: str = Field("o200k_base", description="tiktoken encoding used for every token count.")
+    recursive_overlap_tokens: int = Field(0, description="`recursive_*`: whole sentences carried over, up to this.")
     sentences_per_chunk: int = Field(8, description="`sentence` strategy: sentences per chunk.")
     semantic_percentile: float = Field(90.0, description="`semantic`: cut at gaps more distant than this percentile.")
     semantic_encoder: str = Field("lexical", description="`semantic`: sentence encoder (lexical, minilm).")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from connector import candidates, guards
+from connector import candidates, guards, tokens
 from connector.chunkers import STRATEGIES, build
 from connector.chunkers.page import PageChunker
 from connector.chunkers.recursive import RecursiveChunker, split_span
@@ -99,6 +99,20 @@ def test_page_then_guards_contract(text: str, raw_starts: list[int]) -> None:
             if c.token_count < cfg.min_tokens:
                 neighbours = [chunks[j] for j in (i - 1, i + 1) if 0 <= j < len(chunks)]
                 assert all(n.token_count + c.token_count > cfg.merge_limit - 5 for n in neighbours)
+
+
+def test_recursive_overlap_carries_whole_sentences_within_budget() -> None:
+    sentences = [f"Sentence number {i} talks about topic {i % 5} in a few words." for i in range(200)]
+    text = " ".join(sentences)
+    plain = RecursiveChunker(max_tokens=200).split(Document(text, ()))
+    overlapped = RecursiveChunker(max_tokens=200, overlap_tokens=40).split(Document(text, ()))
+    assert_contract(text, overlapped, overlapping=True)
+    assert len(overlapped) > len(plain), "repeating text takes more chunks"
+    for prev, chunk in zip(overlapped, overlapped[1:], strict=False):
+        shared = text[chunk.start : prev.end]
+        assert shared.strip(), "each chunk repeats the end of the previous one"
+        assert shared.startswith("Sentence") and shared.endswith("."), "whole sentences only"
+        assert 0 < tokens.count(shared) <= 40 and chunk.token_count <= 200
 
 
 def test_character_fallback_splits_text_without_separators() -> None:

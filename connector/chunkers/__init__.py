@@ -48,7 +48,9 @@ def build(settings: ChunkingSettings) -> list[Chunker]:
             )
         elif name.startswith("recursive_") and name.removeprefix("recursive_").isdigit():
             size = int(name.removeprefix("recursive_"))
-            chunkers.append(RecursiveChunker(max_tokens=size, encoding=settings.encoding, name=name))
+            chunkers.append(
+                RecursiveChunker(size, settings.encoding, name, overlap_tokens=settings.recursive_overlap_tokens)
+            )
         else:
             raise FatalError(f"unknown chunking strategy {name!r}; known: {', '.join(STRATEGIES)}")
     return chunkers

@@ -37,17 +37,27 @@ class RecursiveChunker:
     max_tokens: int = 1100
     encoding: str = "o200k_base"
     name: str = "recursive_1100"
+    overlap_tokens: int = 0  # the paper's runs use 0
 
     @property
     def params(self) -> dict:
-        return {"max_tokens": self.max_tokens, "encoding": self.encoding}
+        params = {"max_tokens": self.max_tokens, "encoding": self.encoding}
+        if self.overlap_tokens:
+            params.update(overlap_tokens=self.overlap_tokens, overlapping=True)
+        return params
 
     def split(self, document: Document) -> list[Chunk]:
-        return split_span(document.markdown, 0, len(document.markdown), self.max_tokens, self.encoding)
+        text = document.markdown
+        return split_span(text, 0, len(text), self.max_tokens, self.encoding, overlap_tokens=self.overlap_tokens)
 
 
-def split_span(text: str, start: int, end: int, max_tokens: int, encoding: str = "o200k_base") -> list[Chunk]:
-    """Chunks of at most `max_tokens` covering text[start:end]; used by the strategy and by the oversize guard."""
+def split_span(
+    text: str, start: int, end: int, max_tokens: int, encoding: str = "o200k_base", overlap_tokens: int = 0
+) -> list[Chunk]:
+    """Chunks of at most `max_tokens` covering text[start:end]; used by the strategy and by the oversize guard.
+
+    With `overlap_tokens`, each chunk after the first starts with whole trailing sentences of the chunk before it
+    (as many as fit in the budget), then is filled up as usual: overlap in semantic units, never a cut sentence."""
     pieces = _merge_small_pieces(text, _shred(text, start, end, max_tokens, encoding, 0))
     queue = deque(zip(pieces, tokens.count_many([text[a:b] for a, b in pieces], encoding), strict=True))
     chunks: list[Chunk] = []
@@ -75,7 +85,25 @@ def split_span(text: str, start: int, end: int, max_tokens: int, encoding: str =
         elif chunk is not None:
             chunks.append(chunk)
         run, total = [], 0
+        if overlap_tokens and chunk is not None and queue:
+            carried = _carry(text, chunk, overlap_tokens, encoding)
+            if carried is not None and carried[1] + queue[0][1] <= max_tokens:
+                run, total = [carried], carried[1]
     return chunks
+
+
+def _carry(text: str, chunk: Chunk, budget: int, encoding: str) -> tuple[tuple[int, int], int] | None:
+    """The longest run of whole trailing sentences of `chunk` (never all of them) within `budget` tokens."""
+    from connector.chunkers.sentences import sentence_spans
+
+    tail = sentence_spans(text, chunk.start, chunk.end)[1:]
+    start, used = None, 0
+    counts = tokens.count_many([text[a:b] for a, b in tail], encoding)
+    for (a, _b), n in zip(reversed(tail), reversed(counts), strict=True):
+        if used + n > budget:
+            break
+        start, used = a, used + n
+    return ((start, chunk.end), used) if start is not None else None
 
 
 def _shred(text: str, start: int, end: int, max_tokens: int, encoding: str, level: int) -> list[tuple[int, int]]:
