@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from connector import reports
 from connector.errors import ConnectorError, FatalError, TransientError
 from connector.settings import Settings
 
@@ -225,52 +226,13 @@ def eval_(
         )
     for name in missing:
         console.print(f"[yellow]not found[/yellow] {name}: its questions are left out")
+    questions = sum(1 for r in records if r.doc not in missing)
     if as_json:
-        payload = {
-            "k": k,
-            "questions": sum(1 for r in records if r.doc not in missing),
-            "lenient_share": qa.LENIENT_SHARE,
-            "runs": [
-                {
-                    "name": r.name,
-                    "documents": r.documents,
-                    "chunks": r.chunks,
-                    "mean_tokens": round(r.mean_tokens, 1),
-                    "winners": r.winners,
-                    "scores": _scores_dict(r),
-                }
-                for r in results
-            ],
-        }
-        print(json.dumps(payload, indent=2))
+        print(json.dumps(reports.eval_payload(k, questions, results), indent=2))
         return
-    kinds = sorted({kind for r in results for kind in r.scores} - {"all"})
-    table = Table(
-        "run", "docs", "chunks", "tokens", f"recall@{k}", "MRR", f"lenient@{k}", *(f"{kind}@{k}" for kind in kinds),
-        title=f"{results[0].scores['all'].questions} questions; lenient = {qa.LENIENT_SHARE:.0%} of the evidence",
-    )  # fmt: skip
-    for r in results:
-        s = r.scores["all"]
-        table.add_row(
-            r.name, str(r.documents), str(r.chunks), f"{r.mean_tokens:.0f}", f"{s.recall:.3f}", f"{s.mrr:.3f}",
-            f"{s.lenient_recall:.3f}", *(f"{r.scores[kind].recall:.3f}" if kind in r.scores else "-" for kind in kinds),
-        )  # fmt: skip
-    _report_console().print(table)
+    reports.console().print(reports.eval_table(k, results))
     if results[0].winners:
         console.print("adaptive winners: " + ", ".join(f"{n} {name}" for name, n in results[0].winners.items()))
-
-
-def _report_console() -> Console:
-    # Piped output gets 80 columns by default, which truncates the strategy names: reports are wide.
-    out = Console()
-    return out if out.is_terminal else Console(width=200)
-
-
-def _scores_dict(result) -> dict:
-    return {
-        kind: {"questions": s.questions, "recall": s.recall, "mrr": s.mrr, "lenient_recall": s.lenient_recall}
-        for kind, s in result.scores.items()
-    }
 
 
 @app.command()
@@ -297,36 +259,10 @@ def bench(
         for n in workers:
             status.update(f"benchmarking: throughput with {n} worker(s)")
             runs.append(benchmark.throughput(settings, url, paths, n))
-    adaptive, single = arms
-    ratio = adaptive.wall_s / single.wall_s if single.wall_s else None
     if as_json:
-        payload = {
-            "embedder": settings.embedder,
-            "arms": [a.__dict__ | {"docs_per_s": a.docs_per_s, "chunks_per_s": a.chunks_per_s} for a in arms],
-            "ratio_adaptive_to_single": ratio,
-            "throughput_fake_embedder": [
-                t.__dict__ | {"chunks_per_s": t.chunks / t.wall_s, "docs_per_s": t.documents / t.wall_s} for t in runs
-            ],
-        }
-        print(json.dumps(payload, indent=2))
+        print(json.dumps(reports.bench_payload(settings.embedder, arms, runs), indent=2))
         return
-    table = Table("stage (ms)", *(a.name for a in arms), title=f"adaptive vs {benchmark.SINGLE} ({settings.embedder})")
-    for stage in benchmark.STAGES:
-        if any(stage in a.stages_ms for a in arms):
-            table.add_row(stage, *(f"{a.stages_ms.get(stage, 0):.0f}" for a in arms))
-    table.add_row("wall (s)", *(f"{a.wall_s:.2f}" for a in arms))
-    table.add_row("documents (failed)", *(f"{a.documents} ({a.failed})" for a in arms))
-    table.add_row("chunks", *(str(a.chunks) for a in arms))
-    table.add_row("documents/s", *(f"{a.docs_per_s:.2f}" for a in arms))
-    table.add_row("chunks/s", *(f"{a.chunks_per_s:.1f}" for a in arms))
-    table.add_row("peak RSS (MB)", *(f"{a.peak_rss_mb:.0f}" for a in arms))
-    out = _report_console()
-    out.print(table)
-    out.print(f"ratio adaptive / single: {ratio:.2f}" if ratio else "ratio: n/a")
-    tp = Table("workers", "documents", "chunks", "wall (s)", "chunks/s", title="sidecar throughput, fake embedder")
-    for t in runs:
-        tp.add_row(str(t.workers), str(t.documents), str(t.chunks), f"{t.wall_s:.2f}", f"{t.chunks / t.wall_s:.1f}")
-    out.print(tp)
+    reports.bench_print(settings.embedder, arms, runs)
 
 
 @app.command("convert")
@@ -337,65 +273,12 @@ def convert_cmd(
 ) -> None:
     """Convert documents without storing them: Markdown, block map and speed (pages/s), to inspect or benchmark."""
     import json
-    import time
-    from collections import Counter
-
-    from connector.convert import convert
-    from connector.errors import DocumentError
-    from connector.ingest import select
 
     _logging(False, quiet=True)
-    rows = []
-    for ref in select(paths).refs:
-        t0 = time.perf_counter()
-        try:
-            doc = convert(ref.path.read_bytes(), ref.mime)
-        except DocumentError as exc:
-            rows.append({"file": ref.key, "error": str(exc)})
-            continue
-        seconds = time.perf_counter() - t0
-        tiled = (
-            doc.blocks[0].start == 0
-            and doc.blocks[-1].end == len(doc.markdown)
-            and all(a.end == b.start for a, b in zip(doc.blocks, doc.blocks[1:], strict=False))
-        )
-        rows.append(
-            {
-                "file": ref.key,
-                "pages": len(doc.page_starts) or None,
-                "chars": len(doc.markdown),
-                "blocks": dict(Counter(b.kind for b in doc.blocks)),
-                "units": len(doc.units),
-                "tiled": tiled,
-                "seconds": round(seconds, 3),
-            }
-        )
-        if out is not None:
-            target = out / f"{ref.key}.md"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(doc.markdown, encoding="utf-8")
-    pdf_rows = [r for r in rows if r.get("pages")]
-    pages, seconds = sum(r["pages"] for r in pdf_rows), sum(r["seconds"] for r in pdf_rows)
-    summary = {
-        "documents": len(rows),
-        "failed": sum("error" in r for r in rows),
-        "pdf_pages": pages,
-        "pdf_seconds": round(seconds, 2),
-        "pdf_pages_per_s": round(pages / seconds, 1) if seconds else None,
-    }
+    rows, summary = reports.conversion(paths, out)
     if as_json:
         print(json.dumps({"documents": rows, "summary": summary}, indent=2))
-        return
-    table = Table("file", "pages", "chars", "blocks", "units", "tiled", "s")
-    for r in rows:
-        if "error" in r:
-            table.add_row(r["file"], "", "", f"[red]{r['error']}[/red]", "", "", "")
-            continue
-        kinds = ", ".join(f"{n} {k}" for k, n in sorted(r["blocks"].items()))
-        table.add_row(r["file"], str(r["pages"] or ""), str(r["chars"]), kinds, str(r["units"]),
-                      "yes" if r["tiled"] else "[red]NO[/red]", f"{r['seconds']:.2f}")  # fmt: skip
-    output = _report_console()
-    output.print(table)
-    output.print(f"PDF: {pages} pages in {seconds:.2f} s = {summary['pdf_pages_per_s']} pages/s")
+    else:
+        reports.conversion_print(rows, summary)
     if any("error" in r or not r["tiled"] for r in rows):
         raise typer.Exit(1)

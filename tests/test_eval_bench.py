@@ -98,3 +98,20 @@ def test_bench_reports_every_stage_both_arms_and_throughput(tmp_path: Path, dsn:
     for t in report["throughput_fake_embedder"]:
         assert t["documents"] == 4 and t["chunks"] > 4
     assert scratch_databases(dsn) == []
+
+
+def test_convert_reports_every_document_and_fails_on_a_broken_one(tmp_path: Path, corpus: Path) -> None:
+    result = run(tmp_path, "convert", str(corpus), "--json", "--out", str(tmp_path / "md"))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [r["file"] for r in report["documents"]] == sorted(DOCS)
+    assert all(r["tiled"] for r in report["documents"])
+    assert report["summary"]["pdf_pages"] == 8 and report["summary"]["pdf_pages_per_s"] > 0
+    written = (tmp_path / "md" / "dockerfile-reference.md.md").read_text()
+    assert written == (FIXTURES / "dockerfile-reference.md").read_text()
+
+    (corpus / "broken.pdf").write_bytes(b"%PDF-1.7\n" + bytes(range(256)) * 4)
+    broken = run(tmp_path, "convert", str(corpus), "--json")
+    assert broken.returncode == 1
+    rows = {r["file"]: r for r in json.loads(broken.stdout)["documents"]}
+    assert "cannot open PDF" in rows["broken.pdf"]["error"]
