@@ -24,7 +24,8 @@ from connector.errors import ConversionError
 from connector.models import Document
 
 EDGE_LINES = 3  # paragraphs at the top and at the bottom of a page where running headers and footers live
-MIN_REPEATS = 3  # the same text at a page edge on this many pages is furniture, not content
+MIN_REPEATS = 3  # the same text at a page edge on this many pages (and REPEAT_SHARE of them) is furniture
+REPEAT_SHARE = 0.1  # ... so that a short line that often opens a page ("Examples:") in a long manual stays content
 BAND_SHARE = 0.5  # a short edge paragraph at a vertical position shared by this share of pages is furniture
 BAND_POINTS = 4.0  # vertical positions are compared in bands this many points high
 SHORT_CHARS = 120
@@ -33,6 +34,7 @@ _LIGATURES = str.maketrans({"ﬀ": "ff", "ﬁ": "fi", "ﬂ": "fl", "ﬃ": "ffi",
 _HYPHENATED = re.compile(r"(?<=[^\W\d_])-\n(?=[a-z])")
 _PAGE_NUMBER = re.compile(r"^\s*(?:page\s+)?(?:\d{1,4}|[ivxlcdm]{1,6})(?:\s*(?:/|of)\s*\d{1,4})?\s*$", re.IGNORECASE)
 _DIGITS = re.compile(r"\d+")
+_NUMBERED = re.compile(r"^\s*(?:\d{1,4}|[ivxlcdm]{1,6})\b|\b(?:\d{1,4}|[ivxlcdm]{1,6})\s*$", re.IGNORECASE)
 
 
 PARALLEL_MIN_PAGES = 64  # below this, starting worker processes costs more than it saves
@@ -203,12 +205,14 @@ def remove_furniture(pages: list[list[Para]]) -> list[list[Para]]:
         texts.update({key(p.text) for p in edge(paragraphs)})
         bands.update({band(p) for p in paragraphs[:1] + paragraphs[-1:]})
     enough_pages = len(pages) >= MIN_REPEATS
-    repeated = {k for k, n in texts.items() if n >= MIN_REPEATS} if enough_pages else set()
+    often = max(MIN_REPEATS, REPEAT_SHARE * len(pages))
+    repeated = {k for k, n in texts.items() if n >= often} if enough_pages else set()
     fixed = {b for b, n in bands.items() if n >= max(MIN_REPEATS, BAND_SHARE * len(pages))} if enough_pages else set()
 
     def furniture(p: Para) -> bool:
-        short = len(p.text) <= SHORT_CHARS and p.text.count("\n") <= 1
-        return bool(_PAGE_NUMBER.match(p.text)) or key(p.text) in repeated or (short and band(p) in fixed)
+        # A position match alone is weak evidence: it also needs the page number a running footer carries.
+        footer_like = len(p.text) <= SHORT_CHARS and p.text.count("\n") <= 1 and bool(_NUMBERED.search(p.text))
+        return bool(_PAGE_NUMBER.match(p.text)) or key(p.text) in repeated or (footer_like and band(p) in fixed)
 
     out = []
     for paragraphs in pages:
