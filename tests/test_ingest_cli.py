@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from pgvector.psycopg import register_vector
 
 from connector.embedders import load
 from connector.settings import ChunkingSettings
-from tests.conftest import FIXTURES, child_env, connector_cmd
+from tests.conftest import FIXTURES, child_env, connector_cmd, output_of, wait_for
 from tests.dbchecks import assert_consistent, documents
 
 
@@ -218,3 +219,17 @@ def test_files_that_would_share_a_key_are_refused_before_anything_is_written(tmp
     with psycopg.connect(dsn) as conn:
         tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'connector'").fetchone()
         assert tables == (0,), "refused before even migrating"
+
+
+def test_sigterm_stops_a_one_shot_command_and_its_embedded_server(tmp_path: Path, start_process) -> None:
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(80):
+        shutil.copy(FIXTURES / "dockerfile-reference.md", folder / f"copy-{i:02d}.md")
+    proc = start_process("ingest", str(folder), "--embedder", "fake")  # no DSN: the embedded server
+    pid_file = tmp_path / "state" / "pgdata" / "postmaster.pid"
+    wait_for(lambda: pid_file.exists() and "copy-" in output_of(proc), timeout=60, what="ingest under way")
+    assert proc.poll() is None, "the ingest must still be running for this test to mean anything"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 128 + signal.SIGTERM
+    assert not pid_file.exists(), "the embedded server was stopped on the way out"
