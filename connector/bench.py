@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from connector import tokens
+from connector import candidates, tokens
 from connector.db.database import connect, ensure_embedding_model, migrate
 from connector.db.scratch import scratch_database
 from connector.embedders import load
@@ -59,6 +59,15 @@ def _peak_rss_mb() -> float:
 
 
 def _arm_child(settings_json: str, dsn: str, paths: list[str], name: str, out: mp.Queue) -> None:
+    try:
+        _arm(settings_json, dsn, paths, name, out)
+    finally:
+        # A process started by multiprocessing skips atexit and waits for its own children on the way out: the
+        # candidate pool's workers must be stopped here or this process never exits.
+        candidates.shutdown_pool()
+
+
+def _arm(settings_json: str, dsn: str, paths: list[str], name: str, out: mp.Queue) -> None:
     settings = Settings.model_validate_json(settings_json)
     selection = select([Path(p) for p in paths])
     embedder = load(settings.embedder, settings.embed_batch_size)
@@ -91,7 +100,10 @@ def _worker_child(settings_json: str, dsn: str, ready: mp.Queue, stop) -> None:
     settings = Settings.model_validate_json(settings_json)
     pipeline = Pipeline(settings, load(settings.embedder, settings.embed_batch_size))
     ready.put(True)
-    sidecar.run(settings, dsn, pipeline, stop, watch=False)
+    try:
+        sidecar.run(settings, dsn, pipeline, stop, watch=False)
+    finally:
+        candidates.shutdown_pool()  # see _arm_child
 
 
 def _in_child(target, *args):
