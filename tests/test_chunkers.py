@@ -172,3 +172,14 @@ def test_unknown_strategy_is_a_configuration_error() -> None:
 
     with pytest.raises(FatalError, match="unknown chunking strategy 'nope'"):
         build(ChunkingSettings(strategies=("page", "nope")))
+
+
+def test_parallel_generation_gives_the_serial_result() -> None:
+    cfg = ChunkingSettings(strategies=("recursive_1100", "sentence", "token_window", "semantic"))
+    doc = convert((FIXTURES / "dockerfile-reference.md").read_bytes(), "text/markdown")
+    try:
+        parallel = candidates.generate(doc, build(cfg), cfg, parallel=True)
+    finally:
+        candidates.shutdown_pool()  # no worker processes (or their threads) outlive the test
+    serial = candidates.generate(doc, build(cfg), cfg, parallel=False)
+    assert [(c.strategy, c.chunks) for c in parallel] == [(c.strategy, c.chunks) for c in serial]
