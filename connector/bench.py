@@ -58,17 +58,16 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def _arm_child(settings_json: str, dsn: str, paths: list[str], name: str, out: mp.Queue) -> None:
+def _arm_child(settings: Settings, dsn: str, paths: list[str], name: str, out: mp.Queue) -> None:
     try:
-        _arm(settings_json, dsn, paths, name, out)
+        _arm(settings, dsn, paths, name, out)
     finally:
         # A process started by multiprocessing skips atexit and waits for its own children on the way out: the
         # candidate pool's workers must be stopped here or this process never exits.
         candidates.shutdown_pool()
 
 
-def _arm(settings_json: str, dsn: str, paths: list[str], name: str, out: mp.Queue) -> None:
-    settings = Settings.model_validate_json(settings_json)
+def _arm(settings: Settings, dsn: str, paths: list[str], name: str, out: mp.Queue) -> None:
     selection = select([Path(p) for p in paths])
     embedder = load(settings.embedder, settings.embed_batch_size)
     with scratch_database(dsn, f"bench_{name}") as scratch:
@@ -94,10 +93,9 @@ def _arm(settings_json: str, dsn: str, paths: list[str], name: str, out: mp.Queu
     )
 
 
-def _worker_child(settings_json: str, dsn: str, ready: mp.Queue, stop) -> None:
+def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop) -> None:
     from connector import sidecar
 
-    settings = Settings.model_validate_json(settings_json)
     pipeline = Pipeline(settings, load(settings.embedder, settings.embed_batch_size))
     ready.put(True)
     try:
@@ -120,7 +118,8 @@ def arms(settings: Settings, dsn: str, paths: list[Path]) -> list[Arm]:
     single = settings.model_copy(update={"chunking": settings.chunking.model_copy(update={"strategies": (SINGLE,)})})
     path_args = [str(p) for p in paths]
     return [
-        _in_child(_arm_child, s.model_dump_json(exclude={"dsn"}), dsn, path_args, name)
+        # Settings objects travel pickled: secrets (the LLM key) stay intact, which JSON would mask.
+        _in_child(_arm_child, s, dsn, path_args, name)
         for name, s in (("adaptive", settings), ("single", single))
     ]
 
@@ -135,10 +134,7 @@ def throughput(settings: Settings, dsn: str, paths: list[Path], workers: int) ->
         with connect(scratch, autocommit=True) as conn:
             ensure_embedding_model(conn, load("fake"))
         ready, stop = ctx.Queue(), ctx.Event()
-        procs = [
-            ctx.Process(target=_worker_child, args=(settings.model_dump_json(exclude={"dsn"}), scratch, ready, stop))
-            for _ in range(workers)
-        ]
+        procs = [ctx.Process(target=_worker_child, args=(settings, scratch, ready, stop)) for _ in range(workers)]
         for p in procs:
             p.start()
         try:
