@@ -199,6 +199,32 @@ def status(dsn: DsnOption = None, last: Annotated[int, typer.Option(help="How ma
         out.print(failures)
 
 
+@app.command()
+def explain(
+    document: Annotated[str, typer.Argument(help="Document id or source key.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the candidates as JSON.")] = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Every candidate of one document: its metrics, score, time, whether it was chosen, and why one did not run."""
+    import json
+
+    from connector.db.database import connect, database
+    from connector.db.store import Store
+
+    settings = _settings(dsn)
+    with _errors(), database(settings) as url, connect(url) as conn:
+        doc, rows, matches = Store(conn).explain(document)
+    if doc is None:
+        console.print(f"[red]error:[/red] no document with id or source key {document!r}")
+        raise typer.Exit(1)
+    if matches > 1:
+        console.print(f"[yellow]{matches} documents match {document!r}[/yellow]; showing id {doc[0]} ({doc[1]})")
+    if as_json:
+        print(json.dumps(reports.explain_payload(doc, rows), indent=2, default=str))
+        return
+    reports.console().print(reports.explain_table(doc, rows))
+
+
 @app.command("eval")
 def eval_(
     qa_path: Annotated[Path, typer.Option("--qa", help="QA records, one JSON object per line.", exists=True)],

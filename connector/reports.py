@@ -160,3 +160,29 @@ def conversion_print(rows: list[dict], summary: dict) -> None:
     out.print(
         f"PDF: {summary['pdf_pages']} pages in {summary['pdf_seconds']:.2f} s = {summary['pdf_pages_per_s']} pages/s"
     )
+
+
+_DOCUMENT_KEYS = ("id", "source", "source_key", "status", "strategy", "score", "last_error")
+_CANDIDATE_KEYS = ("strategy", "chunks", "rc", "icc", "dcc", "bi", "sc", "score", "ms", "chosen", "error", "params")
+
+
+def explain_payload(doc: tuple, rows: list[tuple]) -> dict:
+    return {
+        "document": dict(zip(_DOCUMENT_KEYS, doc, strict=True)),
+        "candidates": [dict(zip(_CANDIDATE_KEYS, r, strict=True)) for r in rows],
+    }
+
+
+def explain_table(doc: tuple, rows: list[tuple]) -> Table:
+    doc_id, source, key, status, _strategy, _score, error = doc
+    title = f"document {doc_id} ({source}: {key}) — {status}" + (f": {error}" if error else "")
+    table = Table("strategy", "chunks", "RC", "ICC", "DCC", "BI", "SC", "score", "ms", "chosen", "why not run",
+                  title=title)  # fmt: skip
+
+    def num(v) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    for strategy, chunks, rc, icc, dcc, bi, sc, score, ms, chosen, err, _params in rows:
+        table.add_row(strategy, str(chunks), num(rc), num(icc), num(dcc), num(bi), num(sc), num(score),
+                      f"{ms:.0f}", "yes" if chosen else "", err or "")  # fmt: skip
+    return table

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -233,3 +234,26 @@ def test_sigterm_stops_a_one_shot_command_and_its_embedded_server(tmp_path: Path
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 128 + signal.SIGTERM
     assert not pid_file.exists(), "the embedded server was stopped on the way out"
+
+
+def test_explain_shows_every_candidate_and_why_some_did_not_run(tmp_path: Path, dsn: str, corpus: Path) -> None:
+    assert ingest(tmp_path, dsn, corpus).returncode == 0
+    env = {**child_env(tmp_path), "COLUMNS": "250"}
+    result = subprocess.run(connector_cmd("explain", "legal/apache-2.0.txt", "--json", "--dsn", dsn), env=env,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["document"]["source_key"] == "legal/apache-2.0.txt" and report["document"]["status"] == "done"
+    candidates = {c["strategy"]: c for c in report["candidates"]}
+    assert set(candidates) == set(ChunkingSettings().strategies)
+    chosen = [c for c in report["candidates"] if c["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["strategy"] == report["document"]["strategy"]
+    assert candidates["page"]["error"] == "skipped: document has no pages"
+    assert candidates["recursive_1100"]["sc"] is not None and candidates["recursive_1100"]["rc"] is None
+
+    table = subprocess.run(connector_cmd("explain", str(report["document"]["id"]), "--dsn", dsn), env=env,
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert table.returncode == 0 and "no LLM endpoint configured" in table.stdout and "yes" in table.stdout
+    missing = subprocess.run(connector_cmd("explain", "nope.txt", "--dsn", dsn), env=env,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert missing.returncode == 1 and "no document with id or source key 'nope.txt'" in missing.stderr

@@ -150,3 +150,16 @@ FROM connector.chunks WHERE document_id = ANY(%s)
 WINNERS = """
 SELECT strategy, count(*) FROM connector.documents WHERE status = 'done' AND id = ANY(%s) GROUP BY 1 ORDER BY 2 DESC, 1
 """
+
+# `connector explain`: a document by id or by source key (any source), and its candidates, best first.
+FIND_DOCUMENT = """
+SELECT id, source, source_key, status, strategy, score, last_error FROM connector.documents
+WHERE id::text = %(ref)s OR source_key = %(ref)s
+ORDER BY (id::text = %(ref)s) DESC, id
+"""
+
+CANDIDATES_OF = """
+SELECT strategy, chunk_count, rc, icc, dcc, bi, sc, score, elapsed_ms, chosen, error, params
+FROM connector.candidates WHERE document_id = %s
+ORDER BY chosen DESC, score DESC NULLS LAST, strategy
+"""

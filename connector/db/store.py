@@ -181,6 +181,15 @@ class Store:
         with self.conn.transaction():
             return self.conn.execute(queries.ERRORS_OF, (document_ids,)).fetchall()
 
+    def explain(self, ref: str) -> tuple[tuple | None, list[tuple], int]:
+        """The document an id or source key names, its candidates, and how many documents matched."""
+        with self.conn.transaction():
+            matches = self.conn.execute(queries.FIND_DOCUMENT, {"ref": ref}).fetchall()
+            if not matches:
+                return None, [], 0
+            rows = self.conn.execute(queries.CANDIDATES_OF, (matches[0][0],)).fetchall()
+        return matches[0], rows, len(matches)
+
     def status(self, last: int = 10) -> StatusReport:
         with self.conn.transaction():
             counts = dict(self.conn.execute(queries.STATUS_COUNTS).fetchall())
