@@ -30,15 +30,7 @@ def eval_payload(k: int, questions: int, results) -> dict:
                 "chunks": r.chunks,
                 "mean_tokens": round(r.mean_tokens, 1),
                 "winners": r.winners,
-                "scores": {
-                    kind: {
-                        "questions": s.questions,
-                        "recall": s.recall,
-                        "mrr": s.mrr,
-                        "lenient_recall": s.lenient_recall,
-                    }
-                    for kind, s in r.scores.items()
-                },
+                "scores": {kind: _scores(s) for kind, s in r.scores.items()},
             }
             for r in results
         ],

@@ -17,7 +17,6 @@ class CachingEmbedder:
         self.name = inner.name
         self.dim = inner.dim
         self._cache: dict[str, tuple[np.ndarray, int]] = {}
-        self.hits = 0
 
     def embed(self, texts: list[str]) -> Embeddings:
         missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
@@ -25,7 +24,6 @@ class CachingEmbedder:
             fresh = self.inner.embed(missing)
             for text, vector, windows in zip(missing, fresh.vectors, fresh.windows, strict=True):
                 self._cache[text] = (vector, windows)
-        self.hits += len(texts) - len(missing)
         rows = [self._cache[t] for t in texts]
         vectors = np.stack([v for v, _ in rows]) if rows else np.zeros((0, self.dim), dtype=np.float32)
         return Embeddings(vectors, tuple(w for _, w in rows))

@@ -115,7 +115,6 @@ class FolderWatcher:
         self._stop = threading.Event()
         self._observer = Observer()
         self._thread = threading.Thread(target=self._settle_loop, name="folder-settle", daemon=True)
-        self.queued = 0
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -189,5 +188,4 @@ class FolderWatcher:
             self.touch(path)  # keep it: queued once the connection is back
             raise
         if doc_id is not None:
-            self.queued += 1
             log.info("queued %s (document %d)", ref.key, doc_id)
