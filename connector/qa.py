@@ -9,6 +9,7 @@ mostly there, e.g. cut by a chunk boundary near its end).
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -49,8 +50,15 @@ def load(path: Path) -> list[QARecord]:
     return records
 
 
+_MARKUP = re.compile(r"\\(?=[|*`_\\])|[|*`]")
+_RULE = re.compile(r"(?<!\S):?-{3,}:?(?!\S)")  # a table's delimiter row, once its pipes are gone
+
+
 def normalise(text: str) -> str:
-    return " ".join(text.split())
+    """Whitespace collapsed and Markdown table/emphasis markup (pipes, escapes, delimiter rows, backticks,
+    asterisks) dropped, on the evidence and the chunk alike: evidence is quoted as plain text, chunks of converted
+    documents carry the Markdown that conversion wrote around the same words."""
+    return " ".join(_RULE.sub(" ", _MARKUP.sub(" ", text)).split())
 
 
 def is_hit(evidence: str, chunk_text: str) -> bool:

@@ -36,7 +36,7 @@ def mime_for_path(path: str | PurePath) -> str | None:
 def convert(data: bytes, mime_type: str, encoding: str = "o200k_base") -> Document:
     mime = (mime_type or "").split(";")[0].strip().lower()
     if mime == "application/pdf":
-        document = pdf.convert(data)
+        document = pdf.convert(data, encoding)
     elif mime in ("text/markdown", "text/x-markdown"):
         source = decode(data)
         document = Document(source, markdown.blocks(source))

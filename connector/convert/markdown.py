@@ -74,7 +74,8 @@ def blocks(text: str, page_starts: tuple[int, ...] = ()) -> tuple[Block, ...]:
 
 def split_large_tables(text: str, max_tokens: int = 1000, encoding: str = "o200k_base") -> str:
     """Split every pipe table over `max_tokens` tokens by rows into parts that each repeat the header row, its
-    delimiter row and the table's caption (the caption paragraph just before it, if any), so that every part still
+    delimiter row and the table's caption (the caption paragraph just before it or, as in most papers, just after
+    it, if any), so that every part still
     says what its columns mean. For generated Markdown only (PDF, HTML): a user's own Markdown is never rewritten."""
     from connector import tokens
 
@@ -89,8 +90,7 @@ def split_large_tables(text: str, max_tokens: int = 1000, encoding: str = "o200k
             continue
         lines = table.split("\n")
         header, rows = lines[:2], [line for line in lines[2:] if line.strip()]
-        previous = spans[i - 1] if i else None
-        caption = text[previous.start : previous.end].strip() if previous and previous.kind == "caption" else ""
+        caption = _caption_of(text, spans, i)
         head_tokens = tokens.count("\n".join(header), encoding) + tokens.count(caption, encoding)
         parts: list[list[str]] = [[]]
         used = head_tokens
@@ -107,3 +107,12 @@ def split_large_tables(text: str, max_tokens: int = 1000, encoding: str = "o200k
         pos = block.end
     out.append(text[pos:])
     return "".join(out)
+
+
+def _caption_of(text: str, spans: tuple[Block, ...], i: int) -> str:
+    for j in (i - 1, i + 1):
+        if 0 <= j < len(spans) and spans[j].kind == "caption":
+            caption = text[spans[j].start : spans[j].end].strip()
+            if j == i - 1 or caption.lower().startswith(("table", "**table", "_table")):
+                return caption
+    return ""

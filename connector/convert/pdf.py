@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 
-from connector.convert import markdown
+from connector.convert import markdown, pdf_tables
 from connector.errors import ConversionError
 from connector.models import Document
 
@@ -56,9 +56,10 @@ class Para:
     bottom: float
     size: float = 0.0  # mean font size, weighted by characters
     page_height: float = 0.0
+    table: bool = False  # text is a Markdown pipe table, rendered as it is
 
 
-def convert(data: bytes) -> Document:
+def convert(data: bytes, encoding: str = "o200k_base") -> Document:
     import pymupdf
 
     try:
@@ -83,6 +84,9 @@ def convert(data: bytes) -> Document:
         page_starts.append(offset)
         # Pages are separated by a blank line so that a page break is also a paragraph break.
         piece = "\n\n".join(paragraphs) + "\n\n" if paragraphs else ""
+        if any(p.startswith("| ") for p in paragraphs):
+            # Tables never cross a page here, so splitting them page by page keeps the page map exact.
+            piece = markdown.split_large_tables(piece, encoding=encoding)
         parts.append(piece)
         offset += len(piece)
     text = "".join(parts)
@@ -114,8 +118,10 @@ def extract_pages(data: bytes, first: int, last: int) -> list[list[Para]]:
 def _page_paragraphs(page) -> list[Para]:
     paragraphs = []
     height = page.rect.height
-    for block in page.get_text("dict", sort=True)["blocks"]:
-        if block.get("type") != 0:  # image block
+    blocks = [b for b in page.get_text("dict", sort=True)["blocks"] if b.get("type") == 0]  # not images
+    for block in pdf_tables.segment(blocks, clean):
+        if isinstance(block, pdf_tables.Table):
+            paragraphs.append(Para(block.text, block.top, block.bottom, 0.0, height, table=True))
             continue
         lines, weighted, chars = [], 0.0, 0
         for line in block["lines"]:
@@ -135,7 +141,8 @@ def body_size(pages: list[list[Para]]) -> float:
     sizes: Counter[float] = Counter()
     for paragraphs in pages:
         for p in paragraphs:
-            sizes[_size_class(p.size)] += len(p.text)
+            if not p.table:
+                sizes[_size_class(p.size)] += len(p.text)
     return sizes.most_common(1)[0][0] if sizes else 0.0
 
 
@@ -152,7 +159,9 @@ def render(pages: list[list[Para]], body: float) -> list[list[str]]:
     for paragraphs in pages:
         rendered = []
         for p in paragraphs:
-            if _is_heading(p, body):
+            if p.table:
+                rendered.append(p.text)
+            elif _is_heading(p, body):
                 rendered.append("#" * level[_size_class(p.size)] + " " + " ".join(p.text.split()))
             elif _is_footnote(p, body):
                 rendered.append(_FOOTNOTE_MARK.sub(lambda m: f"[^{m.group(1)}]: ", _escape(p.text), count=1))

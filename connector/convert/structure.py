@@ -1,8 +1,9 @@
 """Block maps: tiling spans into blocks, and binding blocks into the units that a cut should not break.
 
 Binding rules (algorithm-spec §1, seed 003): a heading is bound to the block after it; a footnote to the block
-before it; a list to its lead-in sentence (a paragraph ending with ":"); a caption to the table it captions; and
-consecutive short paragraphs (< `SHORT_TOKENS` tokens) are grouped while the group stays short.
+before it; a list to its lead-in sentence (a paragraph ending with ":"); a caption to the table it captions (before
+it, or after it when it says "Table"); and consecutive short paragraphs (< `SHORT_TOKENS` tokens) are grouped
+while the group stays short.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def units(text: str, blocks: Sequence[Block], encoding: str = "o200k_base") -> t
             or cur.kind == "footnote"
             or (cur.kind == "list" and prev.kind == "paragraph" and text[prev.start : prev.end].rstrip().endswith(":"))
             or (prev.kind == "caption" and cur.kind == "table")
+            or (prev.kind == "table" and cur.kind == "caption" and _is_table_caption(text[cur.start : cur.end]))
             or (
                 cur.kind == "paragraph"
                 and prev.kind == "paragraph"
@@ -59,3 +61,7 @@ def units(text: str, blocks: Sequence[Block], encoding: str = "o200k_base") -> t
               blocks[g[0]].section_path, blocks[g[0]].page)
         for g in groups
     )  # fmt: skip
+
+
+def _is_table_caption(text: str) -> bool:
+    return text.lstrip("*_ ").lower().startswith("table")
