@@ -299,6 +299,30 @@ def bench(
     reports.bench_print(settings.embedder, arms, runs)
 
 
+@app.command("bench-metrics")
+def bench_metrics(
+    path: Annotated[Path, typer.Argument(help="One document.", exists=True, dir_okay=False)],
+    model: Annotated[
+        list[str] | None, typer.Option("--model", help="Metric encoder to time (repeatable): static, same.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    embedder: EmbedderOption = None,
+) -> None:
+    """Time all five metrics over every configured candidate of one document, per metric encoder."""
+    import json
+
+    from connector import metrics_bench
+
+    _logging(False, quiet=True)
+    settings = _settings(embedder=embedder)
+    with _errors():
+        results = [metrics_bench.run(path, settings, m) for m in model or ["static", "same"]]
+    if as_json:
+        print(json.dumps(results, indent=2))
+    else:
+        reports.metrics_bench_print(results)
+
+
 @app.command("convert")
 def convert_cmd(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to convert.", exists=True)],

@@ -96,7 +96,9 @@ class Scored:
     candidate: Candidate
     metrics: dict[str, float | None]
     score: float | None
-    elapsed_ms: float = 0.0
+    elapsed_ms: float = 0.0  # scoring time of this candidate (its share of the document-wide work excluded)
+    metric_ms: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
+    rc_backend: str | None = None  # the coreference backend behind `metrics["rc"]`
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ class Pipeline:
         self.settings = settings
         self.embedder = embedder
         self.chunkers = chunkers.build(settings.chunking)
+        self.metric_resources = metrics.Resources.load(settings, embedder)
         self.totals = Timer()  # every stage of every document this pipeline ran (read by `connector bench`)
 
     def run(self, source: SourceDocument) -> Outcome:
@@ -27,7 +28,7 @@ class Pipeline:
         with timer("convert"):
             document = convert(source.data, source.mime_type)
         pool = candidates.generate(document, self.chunkers, self.settings.chunking, timer)
-        scored = tuple(metrics.score(document, c, self.settings, timer) for c in pool)
+        scored = metrics.score_all(document, pool, self.settings, self.metric_resources, timer)
         with timer("select"):
             winner = choose(scored)
         with timer("embed"):

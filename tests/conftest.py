@@ -24,6 +24,22 @@ FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One static metrics model per test session (built once, ~15 s), shared by every Settings and child process
+    through CONNECTOR_MODELS_DIR; a temporary folder, never the user's ./.connector."""
+    path = tmp_path_factory.mktemp("models")
+    previous = os.environ.get("CONNECTOR_MODELS_DIR")
+    os.environ["CONNECTOR_MODELS_DIR"] = str(path)
+    try:
+        yield path
+    finally:
+        if previous is None:
+            os.environ.pop("CONNECTOR_MODELS_DIR", None)
+        else:
+            os.environ["CONNECTOR_MODELS_DIR"] = previous
+
+
 @pytest.fixture(scope="session")
 def pg_admin_dsn() -> Iterator[str]:
     try:
@@ -81,6 +97,8 @@ def child_env(tmp_path: Path) -> dict[str, str]:
     """Environment for a child `connector` process: never the user's ./.connector, never the network."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONNECTOR_")}
     env.update(CONNECTOR_DATA_DIR=str(tmp_path / "state"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    if "CONNECTOR_MODELS_DIR" in os.environ:
+        env["CONNECTOR_MODELS_DIR"] = os.environ["CONNECTOR_MODELS_DIR"]
     return env
 
 

@@ -58,12 +58,15 @@ def test_ingest_folder(tmp_path: Path, dsn: str, corpus: Path) -> None:
         ).fetchone()
         assert pages == (1, 8, True)
         candidates = conn.execute(
-            """SELECT d.source_key, c.strategy, c.sc IS NOT NULL AND c.bi IS NOT NULL, c.rc, c.icc, c.dcc, c.error
+            """SELECT d.source_key, c.strategy,
+                      c.sc IS NOT NULL AND c.bi IS NOT NULL AND c.icc IS NOT NULL AND c.dcc IS NOT NULL,
+                      c.rc, c.rc_backend, c.error
                FROM connector.candidates c JOIN connector.documents d ON d.id = c.document_id"""
         ).fetchall()
         assert len(candidates) == 3 * len(strategies)
-        for key, strategy, scored, rc, icc, dcc, error in candidates:
-            assert (rc, icc, dcc) == (None, None, None)
+        for key, strategy, scored, rc, backend, error in candidates:
+            if scored:  # every one of these English documents has pronouns to resolve
+                assert backend == "heuristic" and 0 <= rc <= 1, (key, strategy, rc, backend)
             if strategy == "page" and not key.endswith(".pdf"):
                 assert error == "skipped: document has no pages" and not scored
             elif strategy == "sections" and key == "legal/apache-2.0.txt":
@@ -249,11 +252,15 @@ def test_explain_shows_every_candidate_and_why_some_did_not_run(tmp_path: Path, 
     chosen = [c for c in report["candidates"] if c["chosen"]]
     assert len(chosen) == 1 and chosen[0]["strategy"] == report["document"]["strategy"]
     assert candidates["page"]["error"] == "skipped: document has no pages"
-    assert candidates["recursive_1100"]["sc"] is not None and candidates["recursive_1100"]["rc"] is None
+    r1100 = candidates["recursive_1100"]
+    assert all(r1100[m] is not None for m in ("rc", "icc", "dcc", "bi", "sc"))
+    assert r1100["rc_backend"] == "heuristic" and set(r1100["metric_ms"]) == {"rc", "icc", "dcc", "bi", "sc"}
+    assert candidates["page"]["rc"] is None and candidates["page"]["rc_backend"] is None
 
     table = subprocess.run(connector_cmd("explain", str(report["document"]["id"]), "--dsn", dsn), env=env,
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert table.returncode == 0 and "no LLM endpoint configured" in table.stdout and "yes" in table.stdout
+    assert "RC by the heuristic coreference backend" in table.stdout
     missing = subprocess.run(connector_cmd("explain", "nope.txt", "--dsn", dsn), env=env,
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert missing.returncode == 1 and "no document with id or source key 'nope.txt'" in missing.stderr

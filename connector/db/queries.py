@@ -76,9 +76,10 @@ COPY_CHUNKS_TYPES = [
 
 INSERT_CANDIDATE = """
 INSERT INTO connector.candidates
-    (document_id, strategy, params, chunk_count, rc, icc, dcc, bi, sc, score, chosen, elapsed_ms, error)
+    (document_id, strategy, params, chunk_count, rc, icc, dcc, bi, sc, score, chosen, elapsed_ms, error, rc_backend,
+     metric_ms)
 VALUES (%(document_id)s, %(strategy)s, %(params)s, %(chunk_count)s, %(rc)s, %(icc)s, %(dcc)s, %(bi)s, %(sc)s,
-        %(score)s, %(chosen)s, %(elapsed_ms)s, %(error)s)
+        %(score)s, %(chosen)s, %(elapsed_ms)s, %(error)s, %(rc_backend)s, %(metric_ms)s)
 """
 
 # If the document was requeued while we worked (its file changed again), it stays pending for another pass.
@@ -159,7 +160,7 @@ ORDER BY (id::text = %(ref)s) DESC, id
 """
 
 CANDIDATES_OF = """
-SELECT strategy, chunk_count, rc, icc, dcc, bi, sc, score, elapsed_ms, chosen, error, params
+SELECT strategy, chunk_count, rc, icc, dcc, bi, sc, score, elapsed_ms, chosen, error, params, rc_backend, metric_ms
 FROM connector.candidates WHERE document_id = %s
 ORDER BY chosen DESC, score DESC NULLS LAST, strategy
 """

@@ -144,6 +144,8 @@ class Store:
                             "chosen": s is outcome.winner,
                             "elapsed_ms": s.candidate.elapsed_ms + s.elapsed_ms,
                             "error": s.candidate.error,
+                            "rc_backend": s.rc_backend,
+                            "metric_ms": Jsonb({k: round(v, 3) for k, v in s.metric_ms.items()}),
                         }
                         for s in outcome.scored
                     ],

@@ -1,0 +1,253 @@
+"""A rule-based English coreference resolver: good enough to tell which cuts separate a pronoun from what it
+refers to, deterministic, and ~1 s for a 300-page manual (Maverick needs minutes and a GPU for that).
+
+Mentions, sentence by sentence:
+- names: runs of capitalised words ("Elon Musk", "SpaceX"), function words stripped; a single capitalised word
+  opening a sentence counts only if the document also capitalises it mid-sentence (else it is just the first
+  word);
+- noun phrases: a determiner, up to two adjective-like words and a head ("the package", "a new version"); plural
+  when the head ends in s;
+- pronouns: third-person personal and possessive (he, him, his, she, her, it, its, they, them, their, ...), and
+  sentence-initial demonstratives (This, That, These, Those), which refer to what the sentence before is about.
+
+Each pronoun is linked, centering-style, to the first agreeing mention among: the mentions before it in its own
+sentence (subject first), then the subject and the other mentions of each of the `WINDOW` sentences before. he/she
+need a name or a person noun; it needs a singular phrase or a name; they a plural phrase or a name. Pleonastic "it"
+("it is likely that", "it seems") is skipped. A pronoun joins its antecedent's cluster, so "his" after "He" still
+pairs with "Elon Musk": a pair is (nearest preceding non-pronoun mention of the cluster, pronoun).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from connector.chunkers.sentences import sentence_spans
+from connector.coref.base import Pair, is_english
+from connector.embedders.lexical import STOP_WORDS
+
+WINDOW = 3  # sentences back that a pronoun may reach
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+PERSONAL = _words("he him his himself she her hers herself")
+NEUTER = _words("it its itself")
+PLURAL = _words("they them their theirs themselves")
+DEMONSTRATIVE = _words("this that these those")
+PRONOUNS = PERSONAL | NEUTER | PLURAL
+_CLASSES = {
+    "he": _words("he him his himself"),
+    "she": _words("she her hers herself"),
+    "it": NEUTER,
+    "they": PLURAL,
+}
+DETERMINERS = _words("the a an this these those")  # "that" is mostly a conjunction mid-sentence
+PERSON_NOUNS = _words(
+    "man woman person user author maintainer developer programmer reader writer president founder member "
+    "owner administrator admin student teacher customer client people users authors maintainers developers "
+    "members readers"
+)
+_NOT_NAMES = (
+    STOP_WORDS
+    | PERSONAL
+    | NEUTER
+    | PLURAL
+    | DEMONSTRATIVE
+    | _words(
+        "i we you my our your when where what why how while after before however if although because since "
+        "for each every all some many most any both one two see note figure table section chapter well oh yes ah "
+        "indeed perhaps now here yet still thus hence only even very within without under over about through during "
+        "between among across against along around behind beyond despite except inside outside toward towards upon "
+        "via unlike like"
+    )
+)
+_ADJECTIVES = _words(
+    "new old first last same other main default whole next previous current good big small large simple full free "
+    "high low long short early late own"
+)
+_ADJECTIVE_ENDINGS = ("al", "ive", "ous", "ic", "ful", "able", "ible", "less", "ary", "ent", "ant", "ing", "ed")
+_VERBS = _words(
+    "made make makes took take gave give meant mean became become led leads left kept let put set got brought "
+    "came went saw shows shown allows ensures helps needs requires seems appears"
+)
+_TOKEN = re.compile(r"[^\W\d_][\w'’-]*")
+_PLEONASTIC = re.compile(
+    r"\s+(?:is|was|'s|’s|seems|seemed|appears|appeared|would|will|may|might|can|could|should|must|has|had|becomes)"
+    r"\b[^.!?;:]{0,40}?\b(?:that|to|whether|if|how|why|when|what)\b"
+    r"|\s+(?:rains|snows|follows that|turns out|takes \w+ to)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(slots=True)
+class Mention:
+    start: int
+    end: int
+    kind: str  # "name", "np" or "pronoun"
+    plural: bool = False
+    person: bool = False  # a name, or a phrase headed by a person noun
+    pronoun_class: str | None = None  # on a cluster's root: he, she, it or they, fixed by its first pronoun
+    cluster: list[Mention] = field(default_factory=list, repr=False)
+
+    def root(self) -> Mention:
+        return self.cluster[0] if self.cluster else self
+
+
+class HeuristicCoref:
+    name = "heuristic"
+
+    def pairs(self, text: str) -> list[Pair] | None:
+        if not is_english(text):
+            return None
+        sentences = sentence_spans(text)
+        mid_caps = _mid_sentence_capitals(text, sentences)
+        history: list[list[Mention]] = []
+        pairs: list[Pair] = []
+        for start, end in sentences:
+            mentions: list[Mention] = []
+            for mention in _mentions(text, start, end, mid_caps):
+                if mention.kind == "pronoun":
+                    antecedent = self._resolve(text, mention, mentions, history, start)
+                    if antecedent is not None:
+                        root = antecedent.root()
+                        root.pronoun_class = root.pronoun_class or _class_of(text[mention.start : mention.end])
+                        root.cluster = root.cluster or [root]
+                        root.cluster.append(mention)
+                        mention.cluster = root.cluster
+                        pairs.append(Pair(root.start, root.end, mention.start, mention.end))
+                mentions.append(mention)
+            history.append(mentions)
+            if len(history) > WINDOW:
+                history.pop(0)
+        return pairs
+
+    def _resolve(
+        self, text: str, pronoun: Mention, before: list[Mention], history: list[list[Mention]], sentence_start: int
+    ) -> Mention | None:
+        word = text[pronoun.start : pronoun.end].lower()
+        if word in DEMONSTRATIVE:
+            previous = history[-1] if history else []
+            return previous[0] if previous and _is_entity(previous[0]) else None
+        if word == "it" and _PLEONASTIC.match(text, pronoun.end):
+            return None
+        candidates = [m for m in before if m.kind != "pronoun" or m.cluster]
+        for sentence in reversed(history):
+            candidates += sentence
+        for candidate in candidates:
+            if (candidate.kind != "pronoun" or candidate.cluster) and _agrees(word, candidate.root()):
+                return candidate
+        return None
+
+
+def _is_entity(mention: Mention) -> bool:
+    return mention.kind != "pronoun" or bool(mention.cluster)
+
+
+def _class_of(word: str) -> str | None:
+    word = word.lower()
+    for name, words in _CLASSES.items():
+        if word in words:
+            return name
+    return None
+
+
+def _agrees(word: str, entity: Mention) -> bool:
+    if entity.kind == "pronoun":
+        return False
+    if entity.pronoun_class is not None and entity.pronoun_class != _class_of(word):
+        return False  # "she" after "he" for the same entity: another entity
+    if word in PERSONAL:
+        return entity.person and not entity.plural
+    if word in NEUTER:
+        return not entity.plural and not (entity.kind == "np" and entity.person)
+    if word in PLURAL:
+        return entity.plural or entity.kind == "name"
+    return False
+
+
+def _mid_sentence_capitals(text: str, sentences: list[tuple[int, int]]) -> set[str]:
+    """Capitalised words seen after the first word of a sentence: evidence that they are names."""
+    seen: set[str] = set()
+    for start, end in sentences:
+        previous = None
+        for m in _TOKEN.finditer(text, start, end):
+            # Only after a lower-case word and plain spacing: '"Well, ...' inside a quotation is no evidence.
+            after_word = previous is not None and previous.group().islower()
+            if after_word and m.group()[0].isupper() and text[previous.end() : m.start()] in (" ", "\n"):
+                seen.add(m.group())
+            previous = m
+    return seen
+
+
+def _mentions(text: str, start: int, end: int, mid_caps: set[str]) -> list[Mention]:
+    tokens = list(_TOKEN.finditer(text, start, end))
+    out: list[Mention] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        word = tok.group()
+        lower = word.lower()
+        if lower in PRONOUNS or (i == 0 and lower in DEMONSTRATIVE and _next_is_verbish(tokens, i)):
+            out.append(Mention(tok.start(), tok.end(), "pronoun"))
+            i += 1
+            continue
+        if lower in DETERMINERS:
+            # determiner, up to two adjective-like words, then the head noun: "the first program"
+            j = i + 1
+            while (
+                j < len(tokens)
+                and j - i <= 2
+                and _is_phrase_word(tokens[j], tokens[j - 1], text)
+                and _adjective_like(tokens[j].group())
+                and j + 1 < len(tokens)
+                and _is_phrase_word(tokens[j + 1], tokens[j], text)
+            ):
+                j += 1
+            if j < len(tokens) and _is_phrase_word(tokens[j], tokens[j - 1], text):
+                j += 1
+            if j > i + 1:
+                head = tokens[j - 1].group().lower()
+                plural = head.endswith("s") and not head.endswith("ss") or lower in ("these", "those")
+                out.append(Mention(tok.start(), tokens[j - 1].end(), "np", plural, head in PERSON_NOUNS))
+                i = j
+                continue
+        multiword = i + 1 < len(tokens) and _continues_name(tokens[i + 1], tok, text)
+        if word[0].isupper() and lower not in _NOT_NAMES and (i > 0 or word in mid_caps or multiword):
+            j = i + 1
+            while j < len(tokens) and _continues_name(tokens[j], tokens[j - 1], text):
+                j += 1
+            out.append(Mention(tok.start(), tokens[j - 1].end(), "name", person=True))
+            i = j
+            continue
+        i += 1
+    return out
+
+
+def _is_phrase_word(tok: re.Match, previous: re.Match, text: str) -> bool:
+    word = tok.group()
+    gap = text[previous.end() : tok.start()]
+    return gap.strip() == "" and "\n\n" not in gap and word.islower() and word not in STOP_WORDS | PLURAL
+
+
+def _continues_name(tok: re.Match, previous: re.Match, text: str) -> bool:
+    gap = text[previous.end() : tok.start()]
+    return gap in (" ", "\n") and tok.group()[0].isupper() and tok.group().lower() not in _NOT_NAMES
+
+
+def _adjective_like(word: str) -> bool:
+    return word.lower() in _ADJECTIVES or word.lower().endswith(_ADJECTIVE_ENDINGS)
+
+
+def _next_is_verbish(tokens: list[re.Match], i: int) -> bool:
+    """'This is ...' (a pronoun) rather than 'This package ...' (a determiner)."""
+    if i + 1 >= len(tokens):
+        return True
+    nxt = tokens[i + 1].group().lower()
+    if nxt in STOP_WORDS or nxt in _VERBS or nxt.endswith("ed"):
+        return True
+    # "This means" / "That works": a verb in -s; but "These tools": a plural noun after a plural determiner.
+    singular = tokens[i].group().lower() in ("this", "that")
+    return singular and nxt.endswith("s") and not nxt.endswith("ss") and nxt not in PERSON_NOUNS

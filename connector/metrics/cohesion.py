@@ -1,0 +1,106 @@
+"""ICC and DCC (algorithm-spec §4): how well a chunk's sentences agree with the chunk, and how well each chunk
+agrees with its neighbourhood. Vectors come from a `VectorCache`, so texts shared by candidates cost once.
+
+- ICC: for each chunk with ≥ 2 sentences, the mean cosine between each sentence (clipped to the chunk) and the
+  whole chunk; the mean over those chunks, clipped to [0, 1]. NULL when no chunk has two sentences.
+- DCC: windows of consecutive chunks holding up to `window_tokens` tokens, sliding one chunk at a time; a window
+  counts when it has ≥ 2 chunks and its last chunk differs from the previous window's. For every (window, member)
+  pair, the cosine between the window and the member; the mean, clipped to [0, 1]. NULL with < 2 chunks. A
+  window's vector is the token-weighted mean of its members' vectors: how both our MiniLM embedder and a static
+  model pool a long text anyway, and it spares embedding ~3000-token texts once per chunk.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from connector.models import Chunk
+
+WINDOW_TOKENS = 3000
+
+
+class Sentences:
+    """A document's sentence spans, with the pieces of them that fall inside a chunk."""
+
+    def __init__(self, text: str, spans: list[tuple[int, int]]):
+        self.text = text
+        self.spans = spans
+        self._ends = [b for _, b in spans]
+
+    def within(self, chunk: Chunk) -> list[str]:
+        out = []
+        i = bisect.bisect_right(self._ends, chunk.start)
+        while i < len(self.spans) and self.spans[i][0] < chunk.end:
+            a, b = max(self.spans[i][0], chunk.start), min(self.spans[i][1], chunk.end)
+            piece = self.text[a:b].strip()
+            if any(ch.isalnum() for ch in piece):
+                out.append(piece)
+            i += 1
+        return out
+
+
+def icc_texts(chunks: Sequence[Chunk], sentences: Sentences) -> list[str]:
+    """Every text ICC will ask vectors for (to embed a document's candidates in one batch)."""
+    out = []
+    for chunk in chunks:
+        pieces = sentences.within(chunk)
+        if len(pieces) >= 2:
+            out.append(chunk.text)
+            out += pieces
+    return out
+
+
+def intrachunk_cohesion(
+    chunks: Sequence[Chunk], sentences: Sentences, vectors: Callable[[list[str]], np.ndarray]
+) -> float | None:
+    scores = []
+    for chunk in chunks:
+        pieces = sentences.within(chunk)
+        if len(pieces) < 2:
+            continue
+        rows = vectors([chunk.text, *pieces])
+        scores.append(float(np.mean(rows[1:] @ rows[0])))
+    if not scores:
+        return None
+    return float(np.clip(np.mean(scores), 0.0, 1.0))
+
+
+def windows(token_counts: Sequence[int], limit: int = WINDOW_TOKENS) -> list[tuple[int, int]]:
+    """[i, j) chunk ranges of the DCC windows."""
+    out = []
+    previous_last = -1
+    n = len(token_counts)
+    j, total = 0, 0
+    for i in range(n):
+        if j < i + 1:  # a window always holds its first chunk, however long
+            j, total = i + 1, token_counts[i]
+        while j < n and total + token_counts[j] <= limit:
+            total += token_counts[j]
+            j += 1
+        if j - i >= 2 and j - 1 != previous_last:
+            out.append((i, j))
+        previous_last = j - 1
+        total -= token_counts[i]
+    return out
+
+
+def contextual_coherence(
+    chunks: Sequence[Chunk], vectors: Callable[[list[str]], np.ndarray], limit: int = WINDOW_TOKENS
+) -> float | None:
+    if len(chunks) < 2:
+        return None
+    counts = [max(c.token_count, 1) for c in chunks]
+    spans = windows(counts, limit)
+    if not spans:
+        return None
+    rows = vectors([c.text for c in chunks])
+    weights = np.asarray(counts, dtype=np.float64)[:, None]
+    sims = []
+    for i, j in spans:
+        window = (rows[i:j] * weights[i:j]).sum(axis=0)
+        window /= np.linalg.norm(window) or 1.0
+        sims.extend(rows[i:j] @ window)
+    return float(np.clip(np.mean(sims), 0.0, 1.0))

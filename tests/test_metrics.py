@@ -1,0 +1,237 @@
+"""RC, ICC and DCC on hand-made documents whose answers are known; the coreference backends; and the sharing of
+vectors between candidates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from connector.chunkers.base import make_chunk
+from connector.chunkers.sentences import sentence_spans
+from connector.convert import convert
+from connector.coref import Pair, load
+from connector.coref.heuristic import HeuristicCoref
+from connector.coref.maverick import MaverickCoref
+from connector.embedders.fake import FakeEmbedder
+from connector.errors import FatalError
+from connector.metrics import DocumentMetrics, Resources
+from connector.metrics.blocks import block_integrity
+from connector.metrics.cohesion import Sentences, contextual_coherence, intrachunk_cohesion, windows
+from connector.metrics.references import references_completeness
+from connector.metrics.vectors import StaticEncoder, StorageEncoder, VectorCache
+from connector.models import Candidate, Chunk
+from connector.settings import Settings
+from tests.conftest import FIXTURES
+
+MUSK = "Elon Musk founded SpaceX. He wants to land on Mars with his rockets."
+
+
+def chunks_at(text: str, cuts: list[int]) -> tuple[Chunk, ...]:
+    bounds = [0, *cuts, len(text)]
+    return tuple(c for a, b in zip(bounds, bounds[1:], strict=False) if (c := make_chunk(text, a, b, "o200k_base")))
+
+
+# --- RC and the heuristic backend -------------------------------------------------------------------------------
+
+
+def test_the_spec_example_a_cut_at_15_breaks_both_pairs() -> None:
+    pairs = HeuristicCoref().pairs(MUSK)
+    he, his = MUSK.index("He "), MUSK.index("his")
+    assert pairs == [Pair(0, 9, he, he + 2), Pair(0, 9, his, his + 3)]
+    assert references_completeness(pairs, chunks_at(MUSK, [15])) == 0.0
+    assert references_completeness(pairs, chunks_at(MUSK, [])) == 1.0
+    assert references_completeness(pairs, chunks_at(MUSK, [he + 3])) == 0.5  # between "He" and "his"
+    assert references_completeness(pairs, chunks_at(MUSK, [he])) == 0.0  # a cut right before "He" separates it
+
+
+def test_pleonastic_it_is_not_a_reference() -> None:
+    text = "The daemon reads its configuration. It is likely that the file is missing. It seems to work."
+    pairs = HeuristicCoref().pairs(text)
+    pronouns = [text[p.pronoun_start : p.pronoun_end] for p in pairs]
+    assert pronouns == ["its"]
+    assert text[pairs[0].entity_start : pairs[0].entity_end] == "The daemon"
+
+
+def test_agreement_and_sentence_initial_demonstratives() -> None:
+    text = (
+        "Ada Lovelace wrote the first program. The engines were never built. "
+        "They stayed on paper. She published her notes. This made her famous."
+    )
+    found = {
+        (text[p.entity_start : p.entity_end], text[p.pronoun_start : p.pronoun_end])
+        for p in HeuristicCoref().pairs(text)
+    }
+    assert ("The engines", "They") in found  # plural to plural, not to Ada Lovelace
+    assert ("Ada Lovelace", "She") in found and ("Ada Lovelace", "her") in found  # three sentences back
+    assert ("Ada Lovelace", "This") in found  # what the previous sentence is about (its subject)
+
+
+def test_heuristic_is_deterministic_and_english_only() -> None:
+    backend = HeuristicCoref()
+    assert backend.pairs(MUSK) == backend.pairs(MUSK)
+    german = "Die Katze schläft im Haus, und der Hund bellt laut, weil er den Briefträger sieht."
+    assert backend.pairs(german) is None
+    assert references_completeness(backend.pairs(german), chunks_at(german, [20])) is None
+    assert references_completeness([], chunks_at(MUSK, [20])) is None  # no pairs: undefined
+
+
+# --- the Maverick adapter, through a fake with Maverick's documented predict() output -------------------------
+
+
+class FakeMaverick:
+    """Returns what `Maverick.predict(text)` returns: token and character clusters, inclusive ends; an empty
+    cluster, a pronoun-only cluster and a cataphor included."""
+
+    def __init__(self, clusters: list[list[tuple[int, int]]]):
+        self.clusters = clusters
+        self.calls = 0
+
+    def predict(self, text: str) -> dict:
+        self.calls += 1
+        return {
+            "tokens": text.split(),
+            "clusters_token_offsets": [[(0, 0)] * len(c) for c in self.clusters],
+            "clusters_char_offsets": self.clusters,
+            "clusters_token_text": [[text[a : b + 1] for a, b in c] for c in self.clusters],
+            "clusters_char_text": [[text[a : b + 1] for a, b in c] for c in self.clusters],
+        }
+
+
+def test_maverick_output_becomes_pairs() -> None:
+    he, his = MUSK.index("He "), MUSK.index("his")
+    clusters = [[(0, 8), (he, he + 1), (his, his + 2)], [], [(he, he + 1)]]  # inclusive ends
+    backend = MaverickCoref(FakeMaverick(clusters))
+    assert backend.name == "maverick"
+    assert backend.pairs(MUSK) == HeuristicCoref().pairs(MUSK) == [Pair(0, 9, he, he + 2), Pair(0, 9, his, his + 3)]
+
+
+def test_maverick_cataphor_pairs_with_the_clusters_first_entity_and_rc_covers_it() -> None:
+    text = "When he arrived, John Smith sat down at the table and waited for a long time in the quiet room."
+    he, john = text.index("he "), text.index("John")
+    backend = MaverickCoref(FakeMaverick([[(he, he + 1), (john, john + 9)]]))
+    pairs = backend.pairs(text)
+    assert pairs == [Pair(john, john + 10, he, he + 2)]
+    assert references_completeness(pairs, chunks_at(text, [he + 5])) == 0.0  # between the pronoun and the name
+
+
+def test_maverick_is_not_run_on_non_english_and_needs_a_local_path() -> None:
+    fake = FakeMaverick([])
+    assert MaverickCoref(fake).pairs("Die Katze schläft im Haus, und der Hund bellt laut in der Nacht.") is None
+    assert fake.calls == 0
+    with pytest.raises(FatalError, match="local checkpoint"):
+        load("maverick", None)
+
+
+# --- ICC and DCC ------------------------------------------------------------------------------------------------
+
+
+def fake_vectors() -> VectorCache:
+    return VectorCache(StorageEncoder(FakeEmbedder()))
+
+
+def test_identical_sentences_give_icc_1() -> None:
+    text = "Cats sit quietly. Cats sit quietly.\n\nDogs bark at night. Rain falls on roofs."
+    sentences = Sentences(text, sentence_spans(text))
+    split = text.index("Dogs")
+    assert intrachunk_cohesion(chunks_at(text, [split])[:1], sentences, fake_vectors()) == pytest.approx(1.0)
+    mixed = intrachunk_cohesion(chunks_at(text, [split])[1:], sentences, fake_vectors())
+    assert mixed is not None and mixed < 0.9  # two unrelated sentences agree less with their chunk
+
+
+def test_icc_is_undefined_without_a_chunk_of_two_sentences() -> None:
+    text = "One sentence only here.\n\nAnother one there."
+    sentences = Sentences(text, sentence_spans(text))
+    assert intrachunk_cohesion(chunks_at(text, [text.index("Another")]), sentences, fake_vectors()) is None
+
+
+def test_dcc_one_chunk_is_undefined_and_identical_chunks_give_1() -> None:
+    text = "Apples grow on trees in the orchard. " * 3
+    assert contextual_coherence(chunks_at(text, []), fake_vectors()) is None
+    third = len(text) // 3
+    assert contextual_coherence(chunks_at(text, [third, 2 * third]), fake_vectors()) == pytest.approx(1.0)
+
+
+def test_dcc_windows_slide_one_chunk_and_hold_up_to_the_limit() -> None:
+    assert windows([1000] * 5) == [(0, 3), (1, 4), (2, 5)]
+    assert windows([100] * 4, limit=250) == [(0, 2), (1, 3), (2, 4)]
+    assert windows([4000, 100, 100]) == [(1, 3)]  # an oversized first chunk is a window of one: not kept
+    assert windows([2000, 2000]) == []
+    assert windows([100, 100, 100]) == [(0, 3)]  # later windows end on the same chunk: not kept
+
+
+# --- BI on a real block map ---------------------------------------------------------------------------------------
+
+
+def test_a_cut_inside_a_table_lowers_bi_by_exactly_one_unit() -> None:
+    text = (
+        "# Sizes\n\nThe table below lists the integer types that the server knows about.\n\n"
+        "| type | bytes |\n|---|---|\n| smallint | 2 |\n| integer | 4 |\n| bigint | 8 |\n\n"
+        "Every type is signed.\n"
+    )
+    doc = convert(text.encode(), "text/markdown")
+    table = next(u for u in doc.units if "| bigint | 8 |" in text[u.start : u.end])
+    at_table = block_integrity(doc.units, chunks_at(text, [table.start]))
+    inside = block_integrity(doc.units, chunks_at(text, [text.index("| integer")]))
+    assert at_table == 1.0
+    assert inside == pytest.approx(1 - 1 / len(doc.units))
+
+
+# --- sharing: each distinct text embedded once per document ------------------------------------------------------
+
+
+class CountingEncoder:
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.inner = StorageEncoder(FakeEmbedder())
+        self.texts: list[str] = []
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.texts += texts
+        return self.inner.embed(texts)
+
+
+def test_candidates_share_vectors_and_each_text_is_embedded_once(tmp_path) -> None:
+    doc = convert((FIXTURES / "apache-2.0.txt").read_bytes(), "text/plain")
+    half = doc.markdown.index("\n\n", len(doc.markdown) // 2)
+    a = Candidate("a", chunks_at(doc.markdown, [half]))
+    b = Candidate("b", chunks_at(doc.markdown, [half, half + 2000]))  # shares its first chunk with a
+    encoder = CountingEncoder()
+    settings = Settings(data_dir=tmp_path)
+    scorer = DocumentMetrics(doc, settings, Resources(encoder, HeuristicCoref()))
+    scorer.prepare([a, b])
+    first = list(encoder.texts)
+    scored = [scorer.score(a), scorer.score(b)]
+    assert encoder.texts == first, "scoring asked for no text that prepare() had not embedded"
+    assert len(first) == len(set(first)), "no text embedded twice"
+    assert a.chunks[0].text in first
+    for s in scored:
+        assert all(s.metrics[m] is not None for m in ("rc", "icc", "dcc", "bi", "sc"))
+        assert s.rc_backend == "heuristic" and set(s.metric_ms) == {"rc", "icc", "dcc", "bi", "sc"}
+
+
+def test_a_metric_weighted_zero_is_not_computed(tmp_path) -> None:
+    settings = Settings(data_dir=tmp_path, weights={"rc": 0, "icc": 0, "dcc": 0})
+    resources = Resources.load(settings)
+    assert resources.encoder is None and resources.coref is None
+    doc = convert(MUSK.encode(), "text/plain")
+    scored = DocumentMetrics(doc, settings, resources).score(Candidate("x", chunks_at(MUSK, [15])))
+    assert scored.metrics["rc"] is None and scored.metrics["icc"] is None and scored.rc_backend is None
+    assert scored.metrics["bi"] is not None
+
+
+# --- the static metrics model ------------------------------------------------------------------------------------
+
+
+def test_static_model_is_built_once_offline_and_ranks_related_sentences_higher(models_dir) -> None:
+    encoder = StaticEncoder(models_dir)
+    assert (models_dir / "minilm-l6-v2-static-256" / "config.json").exists()
+    a, b, c = encoder.embed(
+        ["The server stores rows in tables.", "A database keeps records in relations.", "Bananas are yellow."]
+    )
+    assert encoder.embed(["x"]).shape == (1, 256)
+    assert np.linalg.norm(a) == pytest.approx(1.0, abs=1e-5)
+    assert float(a @ b) > float(a @ c)
+    # A text over the MiniLM window (and model2vec's default 512-token cap) is embedded whole, not truncated.
+    long = "alpha beta gamma " * 400 + "zebra"
+    assert not np.allclose(encoder.embed([long])[0], encoder.embed(["alpha beta gamma " * 400])[0])
