@@ -200,6 +200,29 @@ def status(dsn: DsnOption = None, last: Annotated[int, typer.Option(help="How ma
 
 
 @app.command()
+def report(
+    dsn: DsnOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+) -> None:
+    """How often each strategy wins, and the mean of each metric for each strategy and for the winners (adaptive),
+    over every document done: the layout of the paper's Table 3."""
+    import json
+
+    from connector.db.database import connect, database
+    from connector.db.store import Store
+
+    _logging(False, quiet=True)
+    settings = _settings(dsn)
+    with _errors(), database(settings) as url, connect(url) as conn:
+        rows = Store(conn).strategy_report()
+    payload = reports.strategy_payload(rows)
+    if as_json:
+        print(json.dumps(payload, indent=2))
+    else:
+        reports.strategy_print(payload)
+
+
+@app.command()
 def explain(
     document: Annotated[str, typer.Argument(help="Document id or source key.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the candidates as JSON.")] = False,

@@ -203,3 +203,29 @@ def metrics_bench_print(results: list[dict]) -> None:
 
 def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
+
+
+_REPORT_KEYS = ("strategy", "documents", "wins", "rc", "icc", "dcc", "bi", "sc", "score", "chunks")
+
+
+def strategy_payload(rows: list[tuple]) -> list[dict]:
+    out = [dict(zip(_REPORT_KEYS, row, strict=True)) for row in rows]
+    adaptive = next((r for r in out if r["strategy"] == "adaptive"), None)
+    total = adaptive["documents"] if adaptive else 0
+    for r in out:
+        r["win_share"] = r["wins"] / total if total and r["strategy"] != "adaptive" else None
+        for k in ("rc", "icc", "dcc", "bi", "sc", "score", "chunks"):
+            r[k] = None if r[k] is None else round(float(r[k]), 4)
+    # adaptive last, then strategies by mean score
+    return sorted(out, key=lambda r: (r["strategy"] == "adaptive", -(r["score"] or 0)))
+
+
+def strategy_print(payload: list[dict]) -> None:
+    caption = "means over the documents each strategy ran on; adaptive = the chosen candidate of each"
+    table = Table("strategy", "documents", "wins", "win %", "RC", "ICC", "DCC", "BI", "SC", "score", "chunks/doc",
+                  caption=caption)  # fmt: skip
+    for r in payload:
+        share = "" if r["win_share"] is None else f"{100 * r['win_share']:.0f}"
+        values = (_num(r[k]) for k in ("rc", "icc", "dcc", "bi", "sc", "score"))
+        table.add_row(r["strategy"], str(r["documents"]), str(r["wins"]), share, *values, f"{r['chunks']:.0f}")
+    console().print(table)

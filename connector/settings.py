@@ -105,7 +105,18 @@ class Settings(BaseSettings):
 
     poll_interval: float = Field(5.0, description="Seconds between queue polls when no NOTIFY arrives.")
     settle_seconds: float = Field(1.0, description="A file must stay unchanged this long before it is read.")
-    lease_seconds: int = Field(900, description="A claimed document not finished in this time is claimable again.")
+    lease_seconds: int = Field(
+        60, description="A claimed document whose worker stops renewing it (every third of this) is claimable again."
+    )
+    workers: int = Field(1, ge=1, description="Worker threads per `connector run` process.")
+    max_attempts: int = Field(5, ge=1, description="Tries (transient failures, crashed workers) before `failed`.")
+    retry_base_seconds: float = Field(5.0, description="First backoff after a transient failure; doubles per try.")
+    shutdown_grace_seconds: float = Field(30.0, description="On SIGTERM, time to finish in-flight documents.")
+    keep_deleted: bool = Field(False, description="Keep the chunks of files deleted from the watched folder.")
+    http_port: int | None = Field(
+        None, description="Serve /health and Prometheus /metrics on 127.0.0.1 at this port (unset: off)."
+    )
+    http_host: str = Field("127.0.0.1", description="Address of the health/metrics server.")
 
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     weights: ScoringSettings = Field(default_factory=ScoringSettings)

@@ -1,16 +1,25 @@
 """The worker: claim a queued document, run the pipeline, store the outcome; one document at a time.
 
-Whatever goes wrong with one document ends in its row (`failed`, `last_error`) and the worker moves on. Only a
-`FatalError` (configuration) or a lost database connection (`TransientError`) leaves this module: the first stops
-the process, the second leaves the row under its lease, to be claimed again once the lease runs out. A worker
-interrupted mid-document (Ctrl-C twice, an exception from outside) hands the row straight back to the queue.
+Whatever goes wrong with one document ends in its row and the worker moves on:
+- a `DocumentError` (unreadable, corrupt, unsupported...) fails it at once, with the reason in `last_error`;
+- a `TransientError` from a stage (an endpoint timing out) puts it back in the queue after an exponential backoff
+  (`retry_after`), and fails it once `max_attempts` tries have failed;
+- a worker that died while holding it (its lease ran out) also counts as a failed try, so a document that crashes
+  the process cannot loop forever.
+While it works, the worker extends its lease every third of the lease (heartbeat). Only a `FatalError`
+(configuration) or a lost database connection (`TransientError`) leaves this module: the first stops the process,
+the second makes the sidecar reconnect, and the rows it held go back to the queue. A worker interrupted mid-document
+(SIGTERM past the grace period, Ctrl-C) hands the row straight back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -22,19 +31,43 @@ from connector.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
 
-Result = Literal["done", "unchanged", "failed", "superseded"]
+Result = Literal["done", "unchanged", "failed", "superseded", "retry"]
+MAX_BACKOFF_S = 300.0
+
+
+def worker_name(suffix: str = "") -> str:
+    """What `claimed_by` shows: host, process and worker."""
+    return f"{socket.gethostname()}:{os.getpid()}" + (f":{suffix}" if suffix else "")
 
 
 class Worker:
-    def __init__(self, conn: psycopg.Connection, pipeline: Pipeline, lease_seconds: int, roots: Sequence[Path]):
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        pipeline: Pipeline,
+        lease_seconds: int,
+        roots: Sequence[Path],
+        *,
+        name: str | None = None,
+        max_attempts: int = 5,
+        retry_base_s: float = 5.0,
+    ):
         self.store = Store(conn)
         self.pipeline = pipeline
         self.lease_seconds = lease_seconds
         self.roots = tuple(roots)  # folders whose files this worker may read
+        self.name = name or worker_name()
+        self.max_attempts = max_attempts
+        self.retry_base_s = retry_base_s
+        self.current: ClaimedRow | None = None  # what it holds now (read by the shutdown path)
 
     def process(self, row: ClaimedRow) -> Result:
         context = {"document_id": row.id, "source_key": row.source_key}
         content_hash: str | None = None
+        if row.retries >= self.max_attempts:
+            self._fail(row, f"gave up after {row.retries} tries: the worker processing it stopped (crash, kill or "
+                       "lost connection) each time", None)  # fmt: skip
+            return "failed"
         try:
             source = row.load(self.roots)
             content_hash = source.content_hash
@@ -43,7 +76,8 @@ class Worker:
                 self.store.mark_unchanged(row)
                 log.info("unchanged %s", row.source_key, extra=context)
                 return "unchanged"
-            outcome = self.pipeline.run(source)
+            with self._heartbeat(row):
+                outcome = self.pipeline.run(source)
             with self.pipeline.totals("write"):
                 written = self.store.write(row, source, outcome)
             if not written:
@@ -52,16 +86,20 @@ class Worker:
         except DocumentError as exc:
             self._fail(row, str(exc), content_hash)
             return "failed"
-        except (FatalError, TransientError):
-            raise
         except psycopg.OperationalError as exc:
             raise TransientError(f"database connection lost while processing {row.source_key}: {exc}") from exc
+        except TransientError as exc:
+            return self._retry(row, str(exc))
+        except FatalError:
+            self.store.release(row)
+            raise
         except Exception as exc:  # a bug or an unexpected input: record it on the row, keep the sidecar alive
             log.exception("unexpected error on %s", row.source_key, extra=context)
             self._fail(row, f"internal error: {type(exc).__name__}: {exc}", content_hash)
             return "failed"
         except BaseException:  # KeyboardInterrupt, SystemExit: give the document back before leaving
-            self.store.release(row)
+            with contextlib.suppress(psycopg.Error):
+                self.store.release(row)
             raise
         log.info(
             "done %s: %s, %d chunks, score %.3f (%s)",
@@ -75,17 +113,54 @@ class Worker:
         return "done"
 
     def _fail(self, row: ClaimedRow, error: str, content_hash: str | None) -> None:
-        log.warning("failed %s: %s", row.source_key, error, extra={"document_id": row.id})
+        log.warning("failed %s: %s", row.source_key, error, extra={"document_id": row.id, "source_key": row.source_key})
         self.store.mark_failed(row, error, content_hash)
+
+    def _retry(self, row: ClaimedRow, error: str) -> Result:
+        delay = min(self.retry_base_s * 2**row.retries, MAX_BACKOFF_S)
+        status = self.store.retry_later(row, error, delay, self.max_attempts)
+        context = {"document_id": row.id, "source_key": row.source_key}
+        if status == "failed":
+            log.warning("failed %s after %d tries: %s", row.source_key, row.retries + 1, error, extra=context)
+            return "failed"
+        log.warning("retrying %s in %.0f s: %s", row.source_key, delay, error, extra=context)
+        return "retry"
+
+    @contextlib.contextmanager
+    def _heartbeat(self, row: ClaimedRow) -> Iterator[None]:
+        """Extend the lease every third of it while the pipeline runs (on the worker's own connection, idle then)."""
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(self.lease_seconds / 3):
+                try:
+                    if not self.store.heartbeat(row, self.lease_seconds):
+                        log.warning("lost the lease on %s", row.source_key)
+                        return
+                except psycopg.Error as exc:
+                    log.warning("heartbeat failed for %s: %s", row.source_key, exc)
+                    return
+
+        thread = threading.Thread(target=beat, name=f"heartbeat-{row.id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def drain(self, stop: threading.Event, on_result: Callable[[ClaimedRow, Result], None] | None = None) -> int:
         """Process queued documents until the queue is empty or `stop` is set; returns how many were processed."""
         n = 0
         while not stop.is_set():
-            row = self.store.claim_next(self.lease_seconds)
+            row = self.store.claim_next(self.lease_seconds, self.name)
             if row is None:
                 break
-            result = self.process(row)
+            self.current = row
+            try:
+                result = self.process(row)
+            finally:
+                self.current = None
             n += 1
             if on_result:
                 on_result(row, result)

@@ -37,21 +37,70 @@ ON CONFLICT (source, source_key) DO UPDATE
 RETURNING {_CLAIMED_COLUMNS}
 """
 
-# Pending rows, and rows whose claim lease ran out (their worker died), oldest first; SKIP LOCKED lets any number
-# of workers claim concurrently without waiting on each other. `attempts` doubles as the claim token: a worker's
-# writes only land while the row still carries the attempt number it claimed.
+# Pending rows (unless backing off after a transient failure), and rows whose claim lease ran out (their worker
+# died: that counts as a try), oldest first; SKIP LOCKED lets any number of workers claim concurrently without
+# waiting on each other. `attempts` is the claim token: a worker's writes only land while the row still carries
+# the attempt number it claimed, so a worker that lost its lease can never overwrite a newer result.
 CLAIM_NEXT = f"""
 UPDATE connector.documents
-SET status = 'processing', attempts = attempts + 1, updated_at = now(),
-    lease_expires_at = now() + make_interval(secs => %(lease)s)
+SET status = 'processing', attempts = attempts + 1, updated_at = now(), claimed_by = %(worker)s,
+    heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %(lease)s),
+    retries = retries + CASE WHEN status = 'processing' THEN 1 ELSE 0 END
 WHERE id = (
     SELECT id FROM connector.documents
-    WHERE status = 'pending' OR (status = 'processing' AND lease_expires_at < now())
+    WHERE (status = 'pending' AND (retry_after IS NULL OR retry_after <= now()))
+       OR (status = 'processing' AND lease_expires_at < now())
     ORDER BY id
     FOR UPDATE SKIP LOCKED
     LIMIT 1
 )
-RETURNING {_CLAIMED_COLUMNS}
+RETURNING {_CLAIMED_COLUMNS}, retries
+"""
+
+# While a worker processes a document it extends its lease; a crashed worker stops doing so.
+HEARTBEAT = """
+UPDATE connector.documents SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %(lease)s)
+WHERE id = %(id)s AND attempts = %(token)s AND status = 'processing'
+"""
+
+# A transient failure: back off (exponentially, computed by the caller), or give up after the configured tries.
+RETRY_LATER = """
+UPDATE connector.documents
+SET status = CASE WHEN status = 'pending' THEN 'pending'
+                  WHEN retries + 1 >= %(max)s THEN 'failed' ELSE 'pending' END,
+    retries = retries + 1, last_error = %(error)s, retry_after = now() + make_interval(secs => %(delay)s),
+    lease_expires_at = NULL, claimed_by = NULL, updated_at = now()
+WHERE id = %(id)s AND attempts = %(token)s
+RETURNING status
+"""
+
+# `connector retry`: failed documents (or one, by id or source key) back to the queue with a fresh try budget.
+RETRY_FAILED = """
+UPDATE connector.documents
+SET status = 'pending', retries = 0, retry_after = NULL, failed_hash = NULL, updated_at = now()
+WHERE status = 'failed' AND (%(ref)s::text IS NULL OR id::text = %(ref)s OR source_key = %(ref)s)
+RETURNING id, source_key
+"""
+
+# A worker reconnecting after a lost connection gives back what it held under its previous connection.
+RELEASE_MINE = """
+UPDATE connector.documents
+SET status = 'pending', attempts = attempts + 1, lease_expires_at = NULL, claimed_by = NULL, updated_at = now()
+WHERE claimed_by = %(worker)s AND status = 'processing'
+"""
+
+QUEUE_DEPTH = """
+SELECT count(*) FILTER (WHERE status = 'pending' AND (retry_after IS NULL OR retry_after <= now())),
+       count(*) FILTER (WHERE status = 'pending' AND retry_after > now()),
+       count(*) FILTER (WHERE status = 'processing'),
+       count(*) FILTER (WHERE status = 'done'),
+       count(*) FILTER (WHERE status = 'failed')
+FROM connector.documents
+"""
+
+IN_FLIGHT = """
+SELECT id, source_key, claimed_by, attempts, heartbeat_at, lease_expires_at FROM connector.documents
+WHERE status = 'processing' ORDER BY id
 """
 
 LOCK_DOCUMENT = "SELECT attempts FROM connector.documents WHERE id = %s FOR UPDATE"
@@ -88,27 +137,29 @@ UPDATE connector.documents
 SET status = CASE WHEN status = 'pending' THEN 'pending' ELSE 'done' END,
     markdown = %(markdown)s, blocks = %(blocks)s, content_hash = %(hash)s, failed_hash = NULL, strategy = %(strategy)s,
     score = %(score)s, last_error = NULL, lease_expires_at = NULL, processed_at = now(), updated_at = now(),
-    metadata = metadata || %(metadata)s
+    metadata = metadata || %(metadata)s, claimed_by = NULL, retries = 0, retry_after = NULL
 WHERE id = %(id)s AND attempts = %(token)s
 """
 
 MARK_UNCHANGED = """
 UPDATE connector.documents
 SET status = CASE WHEN status = 'pending' THEN 'pending' ELSE 'done' END,
-    failed_hash = NULL, last_error = NULL, lease_expires_at = NULL, updated_at = now()
+    failed_hash = NULL, last_error = NULL, lease_expires_at = NULL, updated_at = now(), claimed_by = NULL,
+    retries = 0, retry_after = NULL
 WHERE id = %(id)s AND attempts = %(token)s
 """
 
 MARK_FAILED = """
 UPDATE connector.documents
 SET status = CASE WHEN status = 'pending' THEN 'pending' ELSE 'failed' END,
-    failed_hash = %(hash)s, last_error = %(error)s, lease_expires_at = NULL, updated_at = now()
+    failed_hash = %(hash)s, last_error = %(error)s, lease_expires_at = NULL, updated_at = now(), claimed_by = NULL
 WHERE id = %(id)s AND attempts = %(token)s
 """
 
 # A worker that stops mid-document hands it back at once instead of leaving it to the lease.
 RELEASE = """
-UPDATE connector.documents SET status = 'pending', lease_expires_at = NULL, updated_at = now()
+UPDATE connector.documents
+SET status = 'pending', attempts = attempts + 1, lease_expires_at = NULL, claimed_by = NULL, updated_at = now()
 WHERE id = %(id)s AND attempts = %(token)s AND status = 'processing'
 """
 
@@ -163,4 +214,46 @@ CANDIDATES_OF = """
 SELECT strategy, chunk_count, rc, icc, dcc, bi, sc, score, elapsed_ms, chosen, error, params, rc_backend, metric_ms
 FROM connector.candidates WHERE document_id = %s
 ORDER BY chosen DESC, score DESC NULLS LAST, strategy
+"""
+
+# `connector report`: the paper's Table 3 layout over every document done: per strategy the documents it ran on,
+# its wins and its mean metrics; then the adaptive row (the chosen candidate of each document).
+STRATEGY_REPORT = """
+WITH done AS (
+    SELECT c.* FROM connector.candidates c JOIN connector.documents d ON d.id = c.document_id
+    WHERE d.status = 'done' AND c.error IS NULL AND c.chunk_count > 0
+)
+SELECT strategy, count(*) AS documents, count(*) FILTER (WHERE chosen) AS wins,
+       avg(rc), avg(icc), avg(dcc), avg(bi), avg(sc), avg(score), avg(chunk_count)
+FROM done GROUP BY strategy
+UNION ALL
+SELECT 'adaptive', count(*), count(*), avg(rc), avg(icc), avg(dcc), avg(bi), avg(sc), avg(score), avg(chunk_count)
+FROM done WHERE chosen
+ORDER BY 1
+"""
+
+# Folder sync. A file deleted from the watched folder takes its document (and, by cascade, chunks) with it; a file
+# renamed keeps its document, chunks and embeddings under the new key. Keys are compared by prefix with left(),
+# never LIKE, so a file name holding % or _ matches only itself.
+DELETE_FOLDER_DOCUMENTS = """
+DELETE FROM connector.documents
+WHERE source = 'folder' AND (source_key = %(key)s OR left(source_key, length(%(key)s) + 1) = %(key)s || '/')
+RETURNING id, source_key
+"""
+
+RENAME_FOLDER_DOCUMENTS = """
+UPDATE connector.documents AS d
+SET source_key = %(new)s || substr(d.source_key, length(%(old)s) + 1),
+    file_path = %(root)s || '/' || %(new)s || substr(d.source_key, length(%(old)s) + 1),
+    title = CASE WHEN d.source_key = %(old)s THEN %(title)s ELSE d.title END, updated_at = now()
+WHERE d.source = 'folder' AND (d.source_key = %(old)s OR left(d.source_key, length(%(old)s) + 1) = %(old)s || '/')
+  AND NOT EXISTS (
+      SELECT 1 FROM connector.documents o
+      WHERE o.source = 'folder' AND o.source_key = %(new)s || substr(d.source_key, length(%(old)s) + 1))
+RETURNING id, source_key
+"""
+
+FOLDER_FILES_UNDER = """
+SELECT source_key, file_path FROM connector.documents
+WHERE source = 'folder' AND left(file_path, length(%(root)s) + 1) = %(root)s || '/'
 """

