@@ -73,6 +73,11 @@ def _errors():
 
 def _prepare(settings: Settings, dsn: str):
     """Migrate, load the embedder, check it against the database; returns the pipeline."""
+    return _pipelines(settings, dsn)()
+
+
+def _pipelines(settings: Settings, dsn: str):
+    """Migrate, load the embedder, check it against the database; returns a factory of pipelines sharing it."""
     from connector.db.database import connect, ensure_embedding_model, migrate
     from connector.embedders import embedder_class, load
     from connector.pipeline import Pipeline
@@ -81,7 +86,8 @@ def _prepare(settings: Settings, dsn: str):
     with connect(dsn) as conn:
         # Checked before the model is loaded: a mismatch stops at once, having written nothing.
         ensure_embedding_model(conn, embedder_class(settings.embedder))
-    return Pipeline(settings, load(settings.embedder, settings.embed_batch_size))
+    embedder = load(settings.embedder, settings.embed_batch_size)
+    return lambda: Pipeline(settings, embedder)
 
 
 @app.command()
@@ -89,6 +95,12 @@ def run(
     watch: Annotated[Path | None, typer.Option("--watch", help="Folder to watch (default ./inbox).")] = None,
     dsn: DsnOption = None,
     embedder: EmbedderOption = None,
+    workers: Annotated[int | None, typer.Option("--workers", help="Worker threads (default 1).", min=1)] = None,
+    once: Annotated[bool, typer.Option("--once", help="Queue the folder, drain the queue, exit.")] = False,
+    no_watch: Annotated[bool, typer.Option("--no-watch", help="Only the queue table: no folder.")] = False,
+    http_port: Annotated[
+        int | None, typer.Option("--http-port", help="Serve /health and /metrics on 127.0.0.1 at this port.")
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the sidecar: watch a folder and the documents table, chunk and embed whatever arrives."""
@@ -96,7 +108,7 @@ def run(
     from connector.db.database import database, psql_command
 
     _logging(verbose)
-    settings = _settings(dsn, watch_dir=watch, embedder=embedder)
+    settings = _settings(dsn, watch_dir=watch, embedder=embedder, workers=workers, http_port=http_port)
     stop = threading.Event()
 
     def _stop(signum, _frame):
@@ -111,10 +123,12 @@ def run(
     signal.signal(signal.SIGINT, _stop)
     try:
         with _errors(), database(settings) as url:
-            pipeline = _prepare(settings, url)
-            console.print(f"[green]connector running[/green]; drop files into {settings.watch_dir.resolve()}")
-            console.print(f"query the chunks with: {psql_command(url)}")
-            sidecar.run(settings, url, pipeline, stop)
+            pipelines = _pipelines(settings, url)
+            if not once:
+                where = "rows of connector.documents" if no_watch else f"files into {settings.watch_dir.resolve()}"
+                console.print(f"[green]connector running[/green] ({settings.workers} worker(s)); drop {where}")
+                console.print(f"query the chunks with: {psql_command(url)}")
+            sidecar.run(settings, url, pipelines, stop, watch=not no_watch, once=once)
     except KeyboardInterrupt:
         console.print("stopped at once; the document in progress was returned to the queue")
         raise typer.Exit(130) from None
@@ -186,17 +200,94 @@ def status(dsn: DsnOption = None, last: Annotated[int, typer.Option(help="How ma
 
     settings = _settings(dsn)
     with _errors(), database(settings) as url, connect(url) as conn:
-        report = Store(conn).status(last)
+        store = Store(conn)
+        report = store.status(last)
+        depth = store.queue_depth()
+        leases = store.in_flight()
     out = Console()
-    counts = Table("status", "documents")
-    for name in ("pending", "processing", "done", "failed"):
-        counts.add_row(name, str(report.counts.get(name, 0)))
+    counts = Table("queue", "documents")
+    for name, label in (("ready", "pending (ready)"), ("backing_off", "pending (retry later)"),
+                        ("processing", "processing"), ("done", "done"), ("failed", "failed")):  # fmt: skip
+        counts.add_row(label, str(depth[name]))
     out.print(counts)
+    if leases:
+        held = Table("id", "key", "claimed by", "attempt", "heartbeat", "lease expires", title="in flight")
+        for doc_id, key, by, attempts, beat, expires in leases:
+            held.add_row(str(doc_id), key, by or "", str(attempts), f"{beat:%H:%M:%S}" if beat else "",
+                         f"{expires:%H:%M:%S}" if expires else "")  # fmt: skip
+        out.print(held)
     if report.failures:
         failures = Table("id", "source", "key", "attempts", "error", "when")
         for doc_id, source, key, attempts, error, at in report.failures:
             failures.add_row(str(doc_id), source, key, str(attempts), error or "", f"{at:%Y-%m-%d %H:%M:%S}")
         out.print(failures)
+
+
+@app.command()
+def retry(
+    document: Annotated[
+        str | None, typer.Argument(help="Document id or source key (default: every failed one).")
+    ] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Requeue every failed document.")] = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Put failed documents back in the queue with a fresh budget of tries."""
+    from connector.db.database import connect, database
+    from connector.db.store import Store
+
+    if (document is None) == (not failed):
+        raise typer.BadParameter("give a document id or source key, or --failed (not both)")
+    _logging(False, quiet=True)
+    settings = _settings(dsn)
+    with _errors(), database(settings) as url, connect(url, autocommit=True) as conn:
+        rows = Store(conn).retry_failed(document)
+    for doc_id, key in rows:
+        console.print(f"requeued {doc_id} {key}")
+    if not rows:
+        console.print(f"no failed document{' ' + repr(document) if document else 's'} to requeue")
+        raise typer.Exit(1 if document else 0)
+
+
+@app.command("watch-table")
+def watch_table(
+    table: Annotated[str, typer.Argument(help="SCHEMA.TABLE (or TABLE on the search path).")],
+    id_column: Annotated[str, typer.Option("--id", help="Column that identifies a row.")],
+    text_column: Annotated[str, typer.Option("--text", help="Column holding the text to chunk.")],
+    title_column: Annotated[str | None, typer.Option("--title", help="Column holding a title.")] = None,
+    metadata: Annotated[
+        list[str] | None, typer.Option("--metadata", help="Column copied into documents.metadata (repeatable).")
+    ] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Install triggers on your table so that its inserts, updates of these columns, deletes and truncates flow
+    into the queue; rows already there are queued now. Idempotent."""
+    from connector.db.database import connect, database, migrate
+    from connector.sources import table as tables
+
+    _logging(False, quiet=True)
+    settings = _settings(dsn)
+    with _errors(), database(settings) as url:
+        migrate(url, settings.embedding_dim)
+        with connect(url, autocommit=True) as conn:
+            watched = tables.watch(conn, table, id_column, text_column, title_column, metadata or [])
+    console.print(f"watching {watched.table}: {watched.queued} existing row(s) queued")
+
+
+@app.command("unwatch-table")
+def unwatch_table(
+    table: Annotated[str, typer.Argument(help="SCHEMA.TABLE given to watch-table.")],
+    purge: Annotated[bool, typer.Option("--purge", help="Also delete its documents and chunks.")] = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Remove the triggers watch-table installed (the documents stay unless --purge)."""
+    from connector.db.database import connect, database
+    from connector.sources import table as tables
+
+    _logging(False, quiet=True)
+    settings = _settings(dsn)
+    with _errors(), database(settings) as url, connect(url, autocommit=True) as conn:
+        name, removed = tables.unwatch(conn, table, purge)
+    console.print(f"no longer watching {name}" + (f"; {removed} document(s) removed" if purge else ""))
 
 
 @app.command()

@@ -112,6 +112,7 @@ class Settings(BaseSettings):
     max_attempts: int = Field(5, ge=1, description="Tries (transient failures, crashed workers) before `failed`.")
     retry_base_seconds: float = Field(5.0, description="First backoff after a transient failure; doubles per try.")
     shutdown_grace_seconds: float = Field(30.0, description="On SIGTERM, time to finish in-flight documents.")
+    max_document_mb: float = Field(100.0, description="Larger files and rows fail with 'too large'.")
     keep_deleted: bool = Field(False, description="Keep the chunks of files deleted from the watched folder.")
     http_port: int | None = Field(
         None, description="Serve /health and Prometheus /metrics on 127.0.0.1 at this port (unset: off)."
@@ -125,6 +126,10 @@ class Settings(BaseSettings):
     @property
     def pgdata(self) -> Path:
         return self.data_dir / "pgdata"
+
+    @property
+    def max_document_bytes(self) -> int:
+        return int(self.max_document_mb * 1_000_000)
 
     @property
     def metric_models_dir(self) -> Path:

@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
@@ -51,6 +52,7 @@ class Worker:
         name: str | None = None,
         max_attempts: int = 5,
         retry_base_s: float = 5.0,
+        max_bytes: int | None = None,
     ):
         self.store = Store(conn)
         self.pipeline = pipeline
@@ -59,7 +61,9 @@ class Worker:
         self.name = name or worker_name()
         self.max_attempts = max_attempts
         self.retry_base_s = retry_base_s
+        self.max_bytes = max_bytes
         self.current: ClaimedRow | None = None  # what it holds now (read by the shutdown path)
+        self.last_timings: dict[str, float] = {}  # stage → ms of the last document done (for the metrics endpoint)
 
     def process(self, row: ClaimedRow) -> Result:
         context = {"document_id": row.id, "source_key": row.source_key}
@@ -69,7 +73,7 @@ class Worker:
                        "lost connection) each time", None)  # fmt: skip
             return "failed"
         try:
-            source = row.load(self.roots)
+            source = row.load(self.roots, self.max_bytes)
             content_hash = source.content_hash
             if source.content_hash == row.content_hash:
                 # Same bytes as the stored chunks: nothing to convert or embed again.
@@ -78,11 +82,14 @@ class Worker:
                 return "unchanged"
             with self._heartbeat(row):
                 outcome = self.pipeline.run(source)
+            t0 = time.perf_counter()
             with self.pipeline.totals("write"):
                 written = self.store.write(row, source, outcome)
+            write_ms = (time.perf_counter() - t0) * 1000
             if not written:
                 log.warning("%s was deleted or claimed again while processing; result dropped", row.source_key)
                 return "superseded"
+            self.last_timings = {**outcome.timings, "write": write_ms}
         except DocumentError as exc:
             self._fail(row, str(exc), content_hash)
             return "failed"

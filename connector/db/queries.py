@@ -1,4 +1,7 @@
-"""All SQL the connector runs, in one place. The schema name is the constant `connector` (see settings.SCHEMA)."""
+"""All SQL the connector runs, in one place. The schema name is the constant `connector` (see settings.SCHEMA).
+Statements that name a user's table or columns are `psycopg.sql` templates, filled with `sql.Identifier`."""
+
+from psycopg import sql
 
 EMBEDDING_COLUMN_DIM = """
 SELECT atttypmod FROM pg_attribute
@@ -256,4 +259,52 @@ RETURNING id, source_key
 FOLDER_FILES_UNDER = """
 SELECT source_key, file_path FROM connector.documents
 WHERE source = 'folder' AND left(file_path, length(%(root)s) + 1) = %(root)s || '/'
+"""
+
+# `connector watch-table` (see sources/table.py).
+RESOLVE_TABLE = """
+SELECT c.oid::int, format('%%I.%%I', n.nspname, c.relname), n.nspname, c.relname
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass(%s) AND c.relkind IN ('r', 'p')
+"""
+
+TABLE_COLUMNS = "SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped"
+
+CREATE_ROW_TRIGGER = sql.SQL(
+    "CREATE TRIGGER {trigger} AFTER INSERT OR DELETE OR UPDATE OF {columns} ON {table} "
+    "FOR EACH ROW EXECUTE FUNCTION connector.watch_row({args})"
+)
+
+CREATE_TRUNCATE_TRIGGER = sql.SQL(
+    "CREATE TRIGGER {trigger} AFTER TRUNCATE ON {table} "
+    "FOR EACH STATEMENT EXECUTE FUNCTION connector.watch_truncate({prefix})"
+)
+
+DROP_TRIGGER = sql.SQL("DROP TRIGGER IF EXISTS {} ON {}")
+
+REGISTER_WATCH = """
+INSERT INTO connector.watched_tables (table_name, id_column, text_column, title_column, metadata_columns)
+VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (table_name) DO UPDATE SET id_column = EXCLUDED.id_column, text_column = EXCLUDED.text_column,
+    title_column = EXCLUDED.title_column, metadata_columns = EXCLUDED.metadata_columns, installed_at = now()
+"""
+
+UNREGISTER_WATCH = "DELETE FROM connector.watched_tables WHERE table_name = %s"
+
+# Rows already in a newly watched table are queued like inserts: the same upsert as connector.watch_row().
+BACKFILL_TABLE = sql.SQL(
+    """
+INSERT INTO connector.documents AS d (source, source_key, title, content, mime_type, metadata)
+SELECT 'table', %(prefix)s || ':' || (r ->> %(id)s), CASE WHEN %(title)s <> '' THEN r ->> %(title)s END,
+       r ->> %(text)s, 'text/plain',
+       coalesce((SELECT jsonb_object_agg(k, r -> k) FROM unnest(%(meta)s::text[]) AS k), '{{}}'::jsonb)
+FROM (SELECT to_jsonb(t) AS r FROM {table} AS t) AS rows
+ON CONFLICT (source, source_key) DO UPDATE
+    SET content = EXCLUDED.content, title = EXCLUDED.title, metadata = d.metadata || EXCLUDED.metadata
+"""
+)
+
+PURGE_TABLE_DOCUMENTS = """
+DELETE FROM connector.documents
+WHERE source = 'table' AND left(source_key, length(%(prefix)s) + 1) = %(prefix)s || ':'
 """

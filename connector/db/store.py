@@ -31,7 +31,7 @@ class ClaimedRow:
     attempts: int  # the claim token: our writes land only while the row still carries it
     retries: int = 0  # tries that failed or were abandoned since the content last changed (this one not counted)
 
-    def load(self, roots: Sequence[Path]) -> SourceDocument:
+    def load(self, roots: Sequence[Path], max_bytes: int | None = None) -> SourceDocument:
         """Read the document's bytes: the file for folder rows, the row's own columns for SQL rows.
 
         A folder row's file is read only when it lies under one of `roots` (the folders this process was told to
@@ -43,6 +43,8 @@ class ClaimedRow:
             if not any(real.is_relative_to(root.resolve()) for root in roots):
                 raise DocumentError(f"{self.file_path} is outside the folders this connector reads")
             try:
+                if max_bytes is not None and (size := real.stat().st_size) > max_bytes:
+                    raise DocumentError(f"file too large: {size / 1e6:.1f} MB (limit {max_bytes / 1e6:.0f} MB)")
                 data = real.read_bytes()
             except FileNotFoundError:
                 raise DocumentError(f"file no longer exists: {self.file_path}") from None
@@ -57,6 +59,8 @@ class ClaimedRow:
             mime = self.mime_type or "text/plain"
         else:
             raise DocumentError("row has neither content nor content_bytes")
+        if max_bytes is not None and len(data) > max_bytes:
+            raise DocumentError(f"document too large: {len(data) / 1e6:.1f} MB (limit {max_bytes / 1e6:.0f} MB)")
         return SourceDocument(
             id=self.id,
             source=self.source,

@@ -255,3 +255,25 @@ class FolderWatcher:
             raise
         if doc_id is not None:
             log.info("queued %s (document %d)", ref.key, doc_id)
+
+
+def scan(root: Path, dsn: str, keep_deleted: bool = False) -> int:
+    """One pass instead of a watch (`connector run --once`): drop the documents of vanished files, queue every new
+    or changed file. Returns how many files were queued."""
+    root = root.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    queued = 0
+    with connect(dsn, autocommit=True) as conn:
+        store = Store(conn)
+        if not keep_deleted:
+            for key, file_path in store.folder_files_under(root):
+                if not Path(file_path).exists():
+                    store.delete_folder_documents(key)
+        for ref in walk(root):
+            try:
+                digest = sha256_file(ref.path)
+            except OSError as exc:
+                log.warning("cannot read %s: %s", ref.key, exc)
+                continue
+            queued += store.enqueue_file(ref.key, ref.path, ref.mime, digest) is not None
+    return queued

@@ -96,7 +96,8 @@ def upgrade() -> None:
         CREATE FUNCTION connector.watch_truncate() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp AS $$
         BEGIN
-            DELETE FROM connector.documents WHERE source = 'table' AND source_key LIKE TG_ARGV[0] || ':%';
+            DELETE FROM connector.documents
+            WHERE source = 'table' AND left(source_key, length(TG_ARGV[0]) + 1) = TG_ARGV[0] || ':';
             RETURN NULL;
         END $$;
         """

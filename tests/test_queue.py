@@ -1,0 +1,192 @@
+"""The shared queue in-process against a real Postgres: leases and heartbeats, transient failures with backoff and a
+try cap, `retry`, rows that requeue on content changes, and users' tables watched through triggers."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from connector.db.database import connect
+from connector.db.store import Store
+from connector.embedders.base import Embeddings
+from connector.embedders.fake import FakeEmbedder
+from connector.errors import TransientError
+from connector.pipeline import Pipeline
+from connector.settings import Settings
+from connector.sources import table as tables
+from connector.worker import Worker
+from tests.dbchecks import assert_consistent
+
+TEXT = "The queue is a table. Workers claim rows from it with SKIP LOCKED and a lease. " * 20
+
+
+class TimingOutEmbedder(FakeEmbedder):
+    """An embedding endpoint that times out the first `failures` calls (fault injection; the math is FakeEmbedder's)."""
+
+    def __init__(self, failures: int):
+        super().__init__()
+        self.failures = failures
+
+    def embed(self, texts: list[str]) -> Embeddings:
+        if self.failures > 0:
+            self.failures -= 1
+            raise TransientError("embedding endpoint timed out after 30 s")
+        return super().embed(texts)
+
+
+class SlowEmbedder(FakeEmbedder):
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+
+    def embed(self, texts: list[str]) -> Embeddings:
+        time.sleep(self.seconds)
+        return super().embed(texts)
+
+
+def _insert(conn: psycopg.Connection, key: str, text: str = TEXT) -> int:
+    return conn.execute(
+        "INSERT INTO connector.documents (source_key, content) VALUES (%s, %s) RETURNING id", (key, text)
+    ).fetchone()[0]
+
+
+def _row(conn: psycopg.Connection, doc_id: int) -> tuple:
+    return conn.execute(
+        "SELECT status, retries, last_error, retry_after > now(), attempts FROM connector.documents WHERE id = %s",
+        (doc_id,),
+    ).fetchone()
+
+
+def test_transient_failures_back_off_then_fail_after_max_attempts_and_retry_requeues(settings: Settings) -> None:
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        doc = _insert(conn, "flaky")
+        worker = Worker(conn, Pipeline(settings, TimingOutEmbedder(3)), 60, [], max_attempts=3, retry_base_s=0.2)
+        store = worker.store
+        assert worker.process(store.claim_next(60, "w")) == "retry"
+        status, retries, error, waiting, _ = _row(conn, doc)
+        assert (status, retries, waiting) == ("pending", 1, True) and "timed out" in error
+        assert store.claim_next(60, "w") is None, "backing off: not claimable yet"
+        time.sleep(0.25)
+        assert worker.process(store.claim_next(60, "w")) == "retry"  # second try, backoff 0.4 s
+        assert store.claim_next(60, "w") is None
+        time.sleep(0.45)
+        assert worker.process(store.claim_next(60, "w")) == "failed"  # third try: the cap
+        status, retries, error, _, attempts = _row(conn, doc)
+        assert (status, retries, attempts) == ("failed", 3, 3) and "timed out" in error
+        assert store.claim_next(60, "w") is None
+
+        assert store.retry_failed(str(doc)) == [(doc, "flaky")]
+        assert _row(conn, doc)[:2] == ("pending", 0)
+        assert worker.process(store.claim_next(60, "w")) == "done"  # the endpoint is back
+        assert_consistent(conn)
+
+
+def test_a_dead_workers_lease_expires_counts_as_a_try_and_a_poison_document_is_given_up(settings: Settings) -> None:
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        doc = _insert(conn, "poison")
+        store = Store(conn)
+        for expected_retries in range(3):
+            row = store.claim_next(1, "dies")  # claimed, then the worker "dies": no heartbeat, no result
+            assert row.retries == expected_retries
+            assert store.claim_next(1, "other") is None, "leased: nobody else may take it"
+            time.sleep(1.1)
+        row = store.claim_next(60, "w")
+        assert row.retries == 3
+        assert Worker(conn, Pipeline(settings, FakeEmbedder()), 60, [], max_attempts=3).process(row) == "failed"
+        status, _, error, _, _ = _row(conn, doc)
+        assert status == "failed" and "gave up after 3 tries" in error
+
+
+def test_the_heartbeat_keeps_a_long_document_leased(settings: Settings) -> None:
+    dsn = settings.dsn.get_secret_value()
+    with connect(dsn, autocommit=True) as conn, connect(dsn, autocommit=True) as other:
+        doc = _insert(conn, "slow")
+        worker = Worker(conn, Pipeline(settings, SlowEmbedder(2.5)), 1, [])
+        row = worker.store.claim_next(1, "slow-worker")
+        result: list[str] = []
+        thread = threading.Thread(target=lambda: result.append(worker.process(row)))
+        thread.start()
+        stolen = []
+        while thread.is_alive():  # the lease is 1 s; the document takes 2.5 s
+            stolen.append(Store(other).claim_next(1, "thief"))
+            time.sleep(0.2)
+        thread.join()
+        assert result == ["done"] and not any(stolen)
+        assert _row(conn, doc)[4] == 1, "claimed once"
+
+
+def test_content_updates_requeue_other_updates_do_not_and_delete_removes_chunks(settings: Settings) -> None:
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        doc = _insert(conn, "row")
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), 60, [])
+        assert worker.drain(threading.Event()) == 1
+        conn.execute("UPDATE connector.documents SET title = 'renamed', metadata = '{\"a\": 1}' WHERE id = %s", (doc,))
+        assert _row(conn, doc)[0] == "done"
+        conn.execute("UPDATE connector.documents SET content = %s WHERE id = %s", (TEXT + " More.", doc))
+        assert _row(conn, doc)[0] == "pending"
+        assert worker.drain(threading.Event()) == 1
+        assert conn.execute("SELECT count(*) FROM connector.chunks WHERE text LIKE '%%More.%%'").fetchone()[0] == 1
+        conn.execute("DELETE FROM connector.documents WHERE id = %s", (doc,))
+        assert conn.execute("SELECT count(*) FROM connector.chunks").fetchone()[0] == 0
+
+
+def test_a_watched_table_flows_into_the_queue(settings: Settings) -> None:
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA app")
+        conn.execute("CREATE TABLE app.articles (id int PRIMARY KEY, body text, headline text, lang text, views int)")
+        conn.execute("INSERT INTO app.articles VALUES (1, %s, 'One', 'en', 0)", (TEXT,))
+        watched = tables.watch(conn, "app.articles", "id", "body", "headline", ["lang"])
+        assert (watched.table, watched.queued) == ("app.articles", 1)
+        assert tables.watch(conn, "app.articles", "id", "body", "headline", ["lang"]).queued == 1  # idempotent
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), 60, [])
+
+        def docs() -> dict[str, tuple]:
+            rows = conn.execute(
+                "SELECT source_key, status, title, metadata ->> 'lang' FROM connector.documents WHERE source = 'table'"
+            ).fetchall()
+            return {k: rest for k, *rest in rows}
+
+        conn.execute("INSERT INTO app.articles VALUES (2, %s, 'Two', 'de', 0)", (TEXT + " Zwei.",))
+        assert worker.drain(threading.Event()) == 2
+        assert docs() == {
+            "app.articles:1": ["done", "One", "en"],
+            "app.articles:2": ["done", "Two", "de"],
+        }
+        conn.execute("UPDATE app.articles SET views = views + 1")  # not a watched column
+        assert {s for s, *_ in docs().values()} == {"done"}
+        conn.execute("UPDATE app.articles SET body = body || ' Changed.' WHERE id = 1")
+        assert docs()["app.articles:1"][0] == "pending"
+        assert worker.drain(threading.Event()) == 1
+        conn.execute("UPDATE app.articles SET headline = 'Uno' WHERE id = 1")  # watched, text unchanged
+        assert docs()["app.articles:1"][:2] == ["done", "Uno"]
+        conn.execute("DELETE FROM app.articles WHERE id = 2")
+        assert set(docs()) == {"app.articles:1"}
+        conn.execute("TRUNCATE app.articles")
+        assert docs() == {} and conn.execute("SELECT count(*) FROM connector.chunks").fetchone()[0] == 0
+
+        assert tables.unwatch(conn, "app.articles") == ("app.articles", 0)
+        conn.execute("INSERT INTO app.articles VALUES (3, 'after', 'Three', 'en', 0)")
+        assert docs() == {}
+        triggers = conn.execute("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'app.articles'::regclass")
+        assert triggers.fetchone()[0] == 0
+
+
+def test_a_table_name_carrying_sql_injects_nothing(settings: Settings) -> None:
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        conn.execute("CREATE TABLE victims (id int)")
+        conn.execute('CREATE TABLE "odd ""name"" x" (id int, "the text" text)')
+        for evil in ("victims; DROP TABLE victims", "victims(id); DROP TABLE victims; --", 'public."victims"'):
+            with pytest.raises(tables.WatchError, match="no such table"):
+                tables.watch(conn, evil, "id", "id")
+        with pytest.raises(tables.WatchError, match="no column"):
+            tables.watch(conn, "victims", "id", "body); DROP TABLE victims; --")
+        assert conn.execute("SELECT to_regclass('victims')").fetchone()[0] is not None
+        # A real table whose name needs quoting works, columns with spaces too.
+        conn.execute('INSERT INTO "odd ""name"" x" VALUES (7, %s)', (TEXT,))
+        watched = tables.watch(conn, 'public.odd "name" x', "id", "the text")
+        assert watched.queued == 1
+        key = conn.execute("SELECT source_key FROM connector.documents WHERE source = 'table'").fetchone()[0]
+        assert key == 'public."odd ""name"" x":7'
