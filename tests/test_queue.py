@@ -190,3 +190,20 @@ def test_a_table_name_carrying_sql_injects_nothing(settings: Settings) -> None:
         assert watched.queued == 1
         key = conn.execute("SELECT source_key FROM connector.documents WHERE source = 'table'").fetchone()[0]
         assert key == 'public."odd ""name"" x":7'
+
+
+def test_a_file_deleted_between_its_event_and_its_read_fails_with_a_clear_message(settings: Settings, tmp_path) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    path = inbox / "gone.txt"
+    path.write_text(TEXT)
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        store = Store(conn)
+        assert store.enqueue_file("gone.txt", path, "text/plain", "some-hash") is not None
+        path.unlink()
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), 60, [inbox])
+        assert worker.process(store.claim_next(60, "w")) == "failed"
+        status, _, error, _, _ = conn.execute(
+            "SELECT status, retries, last_error, retry_after, attempts FROM connector.documents"
+        ).fetchone()
+        assert status == "failed" and "file no longer exists" in error

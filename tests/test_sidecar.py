@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import time
@@ -149,3 +150,80 @@ def test_run_with_the_embedded_server_keeps_data_and_stops_it(tmp_path: Path, st
     assert proc.wait(30) == 0, output_of(proc)
     assert not (tmp_path / "state" / "pgdata" / "postmaster.pid").exists(), "embedded server left running"
     assert (tmp_path / "state" / "pgdata" / "PG_VERSION").exists(), "data kept for the next start"
+
+
+def test_renames_and_deletes_are_mirrored_without_re_embedding(sidecar, migrated_dsn: str) -> None:
+    proc, inbox = sidecar
+    dsn = migrated_dsn
+    (inbox / "sub").mkdir()
+    shutil.copy(FIXTURES / "apache-2.0.txt", inbox / "a.txt")
+    shutil.copy(FIXTURES / "debian-manifesto.txt", inbox / "sub" / "m.txt")
+    assert wait_for(lambda: finished(dsn, "a.txt"), what="a.txt") == "done"
+    assert wait_for(lambda: finished(dsn, "sub/m.txt"), what="sub/m.txt") == "done"
+
+    def chunks_of(key: str) -> list[int]:
+        with psycopg.connect(dsn) as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT c.id FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id "
+                "WHERE d.source_key = %s ORDER BY c.ordinal", (key,))]  # fmt: skip
+
+    before, before_sub = chunks_of("a.txt"), chunks_of("sub/m.txt")
+    (inbox / "a.txt").rename(inbox / "b.txt")
+    (inbox / "sub").rename(inbox / "renamed")
+    wait_for(lambda: status_of(dsn, "b.txt") and status_of(dsn, "renamed/m.txt"), what="renames")
+    time.sleep(1.5)  # let any re-queue the renames might (wrongly) cause happen
+    assert status_of(dsn, "a.txt") is None and status_of(dsn, "sub/m.txt") is None
+    assert chunks_of("b.txt") == before and chunks_of("renamed/m.txt") == before_sub, "same chunks, not re-embedded"
+    with psycopg.connect(dsn) as conn:
+        attempts = dict(conn.execute("SELECT source_key, attempts FROM connector.documents").fetchall())
+        assert attempts["b.txt"] == attempts["renamed/m.txt"] == 1
+        assert conn.execute("SELECT file_path FROM connector.documents WHERE source_key = 'b.txt'").fetchone() == (
+            str(inbox.resolve() / "b.txt"),
+        )
+
+    (inbox / "b.txt").unlink()
+    shutil.rmtree(inbox / "renamed")
+    wait_for(lambda: status_of(dsn, "b.txt") is None and status_of(dsn, "renamed/m.txt") is None, what="deletes")
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM connector.chunks").fetchone()[0] == len(chunks_of("already-here.txt"))
+        assert_consistent(conn)
+    assert proc.poll() is None
+
+
+def test_health_and_prometheus_metrics(tmp_path: Path, migrated_dsn: str, start_process) -> None:
+    import json
+    import socket
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    proc = start_process("run", "--watch", str(inbox), "--dsn", migrated_dsn, "--embedder", "fake", "--workers", "2",
+                         "--http-port", str(port), **SIDECAR_ENV)  # fmt: skip
+    wait_for(lambda: "connector running" in output_of(proc), timeout=60, what="sidecar start")
+    shutil.copy(FIXTURES / "apache-2.0.txt", inbox / "a.txt")
+    assert wait_for(lambda: finished(migrated_dsn, "a.txt"), what="a.txt") == "done"
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    code, body = get("/health")
+    health = json.loads(body)
+    assert code == 200 and health["status"] == "ok" and health["workers_alive"] == 2 and health["database"] == "ok"
+    assert health["queue"]["done"] == 1
+    code, metrics = get("/metrics")
+    assert code == 200
+    assert 'connector_documents_total{outcome="done"} 1.0' in metrics
+    assert 'connector_queue_documents{state="done"} 1.0' in metrics
+    assert re.search(r'connector_stage_seconds_count\{stage="embed"\} 1\.0', metrics)
+    assert "connector_database_up 1.0" in metrics
+    assert get("/nope")[0] == 404
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0, output_of(proc)
