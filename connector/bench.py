@@ -99,7 +99,7 @@ def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop) -> None:
     pipeline = Pipeline(settings, load(settings.embedder, settings.embed_batch_size))
     ready.put(True)
     try:
-        sidecar.run(settings, dsn, pipeline, stop, watch=False)
+        sidecar.run(settings, dsn, lambda: pipeline, stop, watch=False)
     finally:
         candidates.shutdown_pool()  # see _arm_child
 
@@ -152,6 +152,8 @@ def throughput(settings: Settings, dsn: str, paths: list[Path], workers: int) ->
                 while conn.execute(
                     "SELECT count(*) FROM connector.documents WHERE status IN ('pending', 'processing')"
                 ).fetchone()[0]:
+                    if not any(p.is_alive() for p in procs):
+                        raise RuntimeError("every benchmark worker process exited before the queue was drained")
                     time.sleep(0.02)
                 wall = time.perf_counter() - t0
                 done, chunks = conn.execute(

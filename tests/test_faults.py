@@ -57,10 +57,14 @@ def _done_lines(*procs) -> Counter:
 
 def test_two_worker_processes_share_200_documents_and_process_each_exactly_once(migrated_dsn, start_process) -> None:
     dsn = migrated_dsn
+    procs = [start_process("run", "--no-watch", "--dsn", dsn, "--embedder", "fake", **FAST) for _ in range(2)]
+    for p in procs:  # both listening before the first row arrives, however slowly either started
+        wait_for(lambda p=p: "connector running" in output_of(p), timeout=120, what="worker process start")
     _insert_rows(dsn, 200)
-    procs = [start_process("run", "--once", "--no-watch", "--dsn", dsn, "--embedder", "fake") for _ in range(2)]
+    wait_for(lambda: _counts(dsn) == {"done": 200}, timeout=600, what="200 documents done")
     for p in procs:
-        assert p.wait(600) == 0, output_of(p)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(60) == 0, output_of(p)
     done = _done_lines(*procs)
     assert len(done) == 200 and set(done.values()) == {1}, "every document processed by exactly one worker, once"
     assert all(_done_lines(p) for p in procs), "both processes took part"
@@ -90,8 +94,10 @@ def test_a_worker_killed_with_sigkill_loses_nothing(migrated_dsn, start_process)
         assert_consistent(conn)
     assert not set(_done_lines(first)) & set(_done_lines(second)), "nothing done before the kill was redone"
     with psycopg.connect(dsn) as conn:
-        # The document in the killed worker's hands was claimed again once its lease ran out.
-        assert conn.execute("SELECT count(*) FROM connector.documents WHERE attempts = 2").fetchone() == (1,)
+        # Only the document in the killed worker's hands (if the kill did not land just after its commit) was
+        # claimed again, once its lease ran out.
+        assert conn.execute("SELECT count(*) FROM connector.documents WHERE attempts > 1").fetchone()[0] <= 1
+        assert conn.execute("SELECT max(attempts) FROM connector.documents").fetchone()[0] <= 2
 
 
 @pytest.fixture

@@ -185,8 +185,14 @@ def test_migrate_and_status_commands(tmp_path: Path, dsn: str) -> None:
     status = subprocess.run(connector_cmd("status", "--dsn", dsn), env=env, capture_output=True, text=True, timeout=60)
     assert status.returncode == 0, status.stderr
     assert "broken-row" in status.stdout and "neither content" in status.stdout
-    lines = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in status.stdout.splitlines()[3:7]}
-    assert lines == {"pending": "0", "processing": "0", "done": "1", "failed": "1"}
+    lines = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in status.stdout.splitlines()[3:8]}
+    assert lines == {
+        "pending (ready)": "0",
+        "pending (retry later)": "0",
+        "processing": "0",
+        "done": "1",
+        "failed": "1",
+    }
 
 
 def test_another_embedding_model_is_refused_before_anything_is_written(tmp_path: Path, dsn: str, corpus: Path) -> None:
