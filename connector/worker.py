@@ -20,6 +20,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
@@ -36,9 +37,12 @@ Result = Literal["done", "unchanged", "failed", "superseded", "retry"]
 MAX_BACKOFF_S = 300.0
 
 
+_RUN = uuid.uuid4().hex[:8]  # containers sharing a host name all run as pid 1: tell their workers apart
+
+
 def worker_name(suffix: str = "") -> str:
-    """What `claimed_by` shows: host, process and worker."""
-    return f"{socket.gethostname()}:{os.getpid()}" + (f":{suffix}" if suffix else "")
+    """What `claimed_by` shows: host, process (and a random run id) and worker."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_RUN}" + (f":{suffix}" if suffix else "")
 
 
 class Worker:
@@ -69,8 +73,10 @@ class Worker:
         context = {"document_id": row.id, "source_key": row.source_key}
         content_hash: str | None = None
         if row.retries >= self.max_attempts:
+            with contextlib.suppress(DocumentError):  # the hash: only new bytes requeue a file that kills workers
+                content_hash = row.load(self.roots, self.max_bytes).content_hash
             self._fail(row, f"gave up after {row.retries} tries: the worker processing it stopped (crash, kill or "
-                       "lost connection) each time", None)  # fmt: skip
+                       "lost connection) each time", content_hash)  # fmt: skip
             return "failed"
         try:
             source = row.load(self.roots, self.max_bytes)
@@ -94,9 +100,11 @@ class Worker:
             self._fail(row, str(exc), content_hash)
             return "failed"
         except psycopg.OperationalError as exc:
-            raise TransientError(f"database connection lost while processing {row.source_key}: {exc}") from exc
+            if self.store.conn.broken:
+                raise TransientError(f"database connection lost while processing {row.source_key}: {exc}") from exc
+            return self._retry(row, f"database error: {exc}", content_hash)  # a timeout, a full disk...
         except TransientError as exc:
-            return self._retry(row, str(exc))
+            return self._retry(row, str(exc), content_hash)
         except FatalError:
             self.store.release(row)
             raise
@@ -123,9 +131,9 @@ class Worker:
         log.warning("failed %s: %s", row.source_key, error, extra={"document_id": row.id, "source_key": row.source_key})
         self.store.mark_failed(row, error, content_hash)
 
-    def _retry(self, row: ClaimedRow, error: str) -> Result:
+    def _retry(self, row: ClaimedRow, error: str, content_hash: str | None) -> Result:
         delay = min(self.retry_base_s * 2**row.retries, MAX_BACKOFF_S)
-        status = self.store.retry_later(row, error, delay, self.max_attempts)
+        status = self.store.retry_later(row, error, delay, self.max_attempts, content_hash)
         context = {"document_id": row.id, "source_key": row.source_key}
         if status == "failed":
             log.warning("failed %s after %d tries: %s", row.source_key, row.retries + 1, error, extra=context)
@@ -144,9 +152,10 @@ class Worker:
                     if not self.store.heartbeat(row, self.lease_seconds):
                         log.warning("lost the lease on %s", row.source_key)
                         return
-                except psycopg.Error as exc:
+                except psycopg.Error as exc:  # keep trying: the next beat may get through before the lease ends
                     log.warning("heartbeat failed for %s: %s", row.source_key, exc)
-                    return
+                    if self.store.conn.broken:
+                        return
 
         thread = threading.Thread(target=beat, name=f"heartbeat-{row.id}", daemon=True)
         thread.start()
@@ -160,7 +169,7 @@ class Worker:
         """Process queued documents until the queue is empty or `stop` is set; returns how many were processed."""
         n = 0
         while not stop.is_set():
-            row = self.store.claim_next(self.lease_seconds, self.name)
+            row = self.store.claim_next(self.lease_seconds, self.name, self.roots)
             if row is None:
                 break
             self.current = row

@@ -28,7 +28,10 @@ REPO = Path(__file__).resolve().parents[1]
 def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One static metrics model per test session (built once, ~15 s), shared by every Settings and child process
     through CONNECTOR_MODELS_DIR; a temporary folder, never the user's ./.connector."""
+    from connector.metrics.vectors import static_model_path
+
     path = tmp_path_factory.mktemp("models")
+    static_model_path(path)  # built here, once: no test's time budget pays for it
     previous = os.environ.get("CONNECTOR_MODELS_DIR")
     os.environ["CONNECTOR_MODELS_DIR"] = str(path)
     try:

@@ -202,8 +202,39 @@ def test_a_file_deleted_between_its_event_and_its_read_fails_with_a_clear_messag
         assert store.enqueue_file("gone.txt", path, "text/plain", "some-hash") is not None
         path.unlink()
         worker = Worker(conn, Pipeline(settings, FakeEmbedder()), 60, [inbox])
-        assert worker.process(store.claim_next(60, "w")) == "failed"
+        assert worker.process(store.claim_next(60, "w", [inbox])) == "failed"
         status, _, error, _, _ = conn.execute(
             "SELECT status, retries, last_error, retry_after, attempts FROM connector.documents"
         ).fetchone()
         assert status == "failed" and "file no longer exists" in error
+
+
+def test_a_worker_serving_only_the_table_leaves_folder_rows_to_the_watchers(settings: Settings, tmp_path) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.txt").write_text(TEXT)
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        store = Store(conn)
+        store.enqueue_file("a.txt", inbox / "a.txt", "text/plain", "h")
+        assert store.claim_next(60, "table-only worker", []) is None, "a --no-watch worker must not fail it"
+        row = store.claim_next(60, "watcher", [inbox])
+        assert row is not None and row.source_key == "a.txt"
+
+
+def test_the_watch_functions_refuse_to_run_for_another_table(settings: Settings) -> None:
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        conn.execute("CREATE TABLE guarded (id int, body text)")
+        tables.watch(conn, "guarded", "id", "body")
+        conn.execute("CREATE TABLE forger (id int, body text)")
+        conn.execute(
+            "CREATE TRIGGER forge AFTER INSERT ON forger FOR EACH ROW "
+            "EXECUTE FUNCTION connector.watch_row('public.guarded', 'id', 'body', '')"
+        )
+        with pytest.raises(psycopg.errors.RaiseException, match="installed for public.guarded"):
+            conn.execute("INSERT INTO forger VALUES (1, 'fake')")
+        assert conn.execute("SELECT count(*) FROM connector.documents").fetchone() == (0,)
+        grants = conn.execute(
+            "SELECT count(*) FROM information_schema.routine_privileges "
+            "WHERE routine_schema = 'connector' AND routine_name LIKE 'watch_%%' AND grantee = 'PUBLIC'"
+        ).fetchone()
+        assert grants == (0,)

@@ -16,7 +16,11 @@ from tests.conftest import FIXTURES, output_of, wait_for
 from tests.dbchecks import assert_consistent, documents
 
 # The poll is a minute away: within a test, only LISTEN/NOTIFY can wake the worker.
-SIDECAR_ENV = {"CONNECTOR_SETTLE_SECONDS": "0.5", "CONNECTOR_POLL_INTERVAL": "60"}
+SIDECAR_ENV = {
+    "CONNECTOR_SETTLE_SECONDS": "0.5",
+    "CONNECTOR_POLL_INTERVAL": "60",
+    "CONNECTOR_SHUTDOWN_GRACE_SECONDS": "10",
+}
 
 
 def status_of(dsn: str, key: str) -> str | None:

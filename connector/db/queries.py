@@ -18,7 +18,8 @@ ENQUEUE_FILE = """
 INSERT INTO connector.documents AS d (source, source_key, title, mime_type, file_path, status)
 VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'pending')
 ON CONFLICT (source, source_key) DO UPDATE
-    SET status = 'pending', mime_type = EXCLUDED.mime_type, file_path = EXCLUDED.file_path, updated_at = now()
+    SET status = 'pending', mime_type = EXCLUDED.mime_type, file_path = EXCLUDED.file_path, updated_at = now(),
+        retries = CASE WHEN d.status = 'processing' THEN d.retries ELSE 0 END, retry_after = NULL
     WHERE d.status = 'processing'
        OR (d.status = 'failed' AND d.failed_hash IS DISTINCT FROM %(hash)s)
        OR (d.status IN ('pending', 'done') AND d.content_hash IS DISTINCT FROM %(hash)s)
@@ -31,19 +32,22 @@ _CLAIMED_COLUMNS = "id, source, source_key, title, content, content_bytes, mime_
 # documents are retried (the user asked for it); documents stored with these exact bytes are left alone.
 INGEST_FILE = f"""
 INSERT INTO connector.documents AS d
-    (source, source_key, title, mime_type, file_path, status, attempts, lease_expires_at)
-VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'processing', 1, now() + make_interval(secs => %(lease)s))
+    (source, source_key, title, mime_type, file_path, status, attempts, lease_expires_at, claimed_by, heartbeat_at)
+VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'processing', 1, now() + make_interval(secs => %(lease)s),
+        %(worker)s, now())
 ON CONFLICT (source, source_key) DO UPDATE
     SET status = 'processing', attempts = d.attempts + 1, lease_expires_at = EXCLUDED.lease_expires_at,
-        mime_type = EXCLUDED.mime_type, file_path = EXCLUDED.file_path, updated_at = now()
+        mime_type = EXCLUDED.mime_type, file_path = EXCLUDED.file_path, updated_at = now(),
+        claimed_by = %(worker)s, heartbeat_at = now(), retries = 0, retry_after = NULL
     WHERE NOT (d.status = 'done' AND d.content_hash = %(hash)s)
 RETURNING {_CLAIMED_COLUMNS}
 """
 
 # Pending rows (unless backing off after a transient failure), and rows whose claim lease ran out (their worker
-# died: that counts as a try), oldest first; SKIP LOCKED lets any number of workers claim concurrently without
-# waiting on each other. `attempts` is the claim token: a worker's writes only land while the row still carries
-# the attempt number it claimed, so a worker that lost its lease can never overwrite a newer result.
+# died: that counts as a try), oldest first; folder rows only for workers that read files (not `--no-watch` ones).
+# SKIP LOCKED lets any number of workers claim concurrently without waiting on each other. `attempts` is the claim
+# token: a worker's writes only land while the row still carries the attempt number it claimed, so a worker that
+# lost its lease can never overwrite a newer result.
 CLAIM_NEXT = f"""
 UPDATE connector.documents
 SET status = 'processing', attempts = attempts + 1, updated_at = now(), claimed_by = %(worker)s,
@@ -51,8 +55,9 @@ SET status = 'processing', attempts = attempts + 1, updated_at = now(), claimed_
     retries = retries + CASE WHEN status = 'processing' THEN 1 ELSE 0 END
 WHERE id = (
     SELECT id FROM connector.documents
-    WHERE (status = 'pending' AND (retry_after IS NULL OR retry_after <= now()))
-       OR (status = 'processing' AND lease_expires_at < now())
+    WHERE ((status = 'pending' AND (retry_after IS NULL OR retry_after <= now()))
+           OR (status = 'processing' AND lease_expires_at < now()))
+      AND (source <> 'folder' OR %(reads_files)s)
     ORDER BY id
     FOR UPDATE SKIP LOCKED
     LIMIT 1
@@ -71,6 +76,7 @@ RETRY_LATER = """
 UPDATE connector.documents
 SET status = CASE WHEN status = 'pending' THEN 'pending'
                   WHEN retries + 1 >= %(max)s THEN 'failed' ELSE 'pending' END,
+    failed_hash = CASE WHEN status <> 'pending' AND retries + 1 >= %(max)s THEN %(hash)s ELSE failed_hash END,
     retries = retries + 1, last_error = %(error)s, retry_after = now() + make_interval(secs => %(delay)s),
     lease_expires_at = NULL, claimed_by = NULL, updated_at = now()
 WHERE id = %(id)s AND attempts = %(token)s
@@ -88,7 +94,8 @@ RETURNING id, source_key
 # A worker reconnecting after a lost connection gives back what it held under its previous connection.
 RELEASE_MINE = """
 UPDATE connector.documents
-SET status = 'pending', attempts = attempts + 1, lease_expires_at = NULL, claimed_by = NULL, updated_at = now()
+SET status = 'pending', attempts = attempts + 1, retries = retries + 1, lease_expires_at = NULL, claimed_by = NULL,
+    updated_at = now()
 WHERE claimed_by = %(worker)s AND status = 'processing'
 """
 
@@ -241,6 +248,13 @@ ORDER BY 1
 DELETE_FOLDER_DOCUMENTS = """
 DELETE FROM connector.documents
 WHERE source = 'folder' AND (source_key = %(key)s OR left(source_key, length(%(key)s) + 1) = %(key)s || '/')
+RETURNING id, source_key
+"""
+
+DELETE_REPLACED = """
+DELETE FROM connector.documents
+WHERE source = 'folder' AND source_key = %(new)s
+  AND EXISTS (SELECT 1 FROM connector.documents WHERE source = 'folder' AND source_key = %(old)s)
 RETURNING id, source_key
 """
 

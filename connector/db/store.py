@@ -97,9 +97,12 @@ class Store:
             ).fetchone()
         return row[0] if row else None
 
-    def claim_next(self, lease_seconds: int, worker: str = "") -> ClaimedRow | None:
+    def claim_next(self, lease_seconds: int, worker: str = "", roots: Sequence[Path] = ()) -> ClaimedRow | None:
+        """The oldest claimable row; folder rows only for a worker that reads files (has `roots`): a worker serving
+        only the table leaves them to one that watches the folder."""
+        params = {"lease": lease_seconds, "worker": worker, "reads_files": bool(roots)}
         with self.conn.transaction():
-            row = self.conn.execute(queries.CLAIM_NEXT, {"lease": lease_seconds, "worker": worker}).fetchone()
+            row = self.conn.execute(queries.CLAIM_NEXT, params).fetchone()
         return ClaimedRow(*row) if row else None
 
     def heartbeat(self, row: ClaimedRow, lease_seconds: int) -> bool:
@@ -108,9 +111,12 @@ class Store:
             cur = self.conn.execute(queries.HEARTBEAT, {"id": row.id, "token": row.attempts, "lease": lease_seconds})
         return cur.rowcount == 1
 
-    def retry_later(self, row: ClaimedRow, error: str, delay_s: float, max_attempts: int) -> str | None:
+    def retry_later(
+        self, row: ClaimedRow, error: str, delay_s: float, max_attempts: int, content_hash: str | None = None
+    ) -> str | None:
         """Back to the queue after `delay_s`, or `failed` once `max_attempts` tries have failed; the new status."""
-        params = {"id": row.id, "token": row.attempts, "error": error[:4000], "delay": delay_s, "max": max_attempts}
+        params = {"id": row.id, "token": row.attempts, "error": error[:4000], "delay": delay_s, "max": max_attempts,
+                  "hash": content_hash}  # fmt: skip
         with self.conn.transaction():
             found = self.conn.execute(queries.RETRY_LATER, params).fetchone()
         return found[0] if found else None
@@ -127,6 +133,12 @@ class Store:
         """The document of a deleted file (or every document under a deleted folder), chunks included."""
         with self.conn.transaction():
             return self.conn.execute(queries.DELETE_FOLDER_DOCUMENTS, {"key": key}).fetchall()
+
+    def delete_replaced(self, old: str, new: str) -> list[tuple[int, str]]:
+        """The document at `new` when a file that has a document moves over it (not when `old` has none: then the
+        move was already applied, e.g. by the rename of its folder)."""
+        with self.conn.transaction():
+            return self.conn.execute(queries.DELETE_REPLACED, {"old": old, "new": new}).fetchall()
 
     def rename_folder_documents(self, root: Path, old: str, new: str) -> list[tuple[int, str]]:
         """Move documents to a new key (a renamed file, or every file of a renamed folder), chunks untouched."""
@@ -147,9 +159,12 @@ class Store:
         with self.conn.transaction():
             return self.conn.execute(queries.IN_FLIGHT).fetchall()
 
-    def ingest_file(self, key: str, path: Path, mime: str, content_hash: str, lease_seconds: int) -> ClaimedRow | None:
+    def ingest_file(
+        self, key: str, path: Path, mime: str, content_hash: str, lease_seconds: int, worker: str | None = None
+    ) -> ClaimedRow | None:
         """Queue a file and claim it for this process at once; None when it is stored with these exact bytes."""
-        params = {"key": key, "title": path.name, "mime": mime, "path": str(path), "hash": content_hash}
+        params = {"key": key, "title": path.name, "mime": mime, "path": str(path), "hash": content_hash,
+                  "worker": worker}  # fmt: skip
         with self.conn.transaction():
             row = self.conn.execute(queries.INGEST_FILE, {**params, "lease": lease_seconds}).fetchone()
         return ClaimedRow(*row) if row else None

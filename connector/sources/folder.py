@@ -183,6 +183,8 @@ class FolderWatcher:
                     for doc_id, key in store.delete_folder_documents(op[1]):
                         log.info("removed %s (document %d): file deleted", key, doc_id)
                 else:
+                    for doc_id, key in store.delete_replaced(op[1], op[2]):  # a file moved over another one
+                        log.info("removed %s (document %d): replaced by a moved file", key, doc_id)
                     for doc_id, key in store.rename_folder_documents(self.root, op[1], op[2]):
                         log.info("renamed to %s (document %d)", key, doc_id)
             except psycopg.OperationalError:
