@@ -8,7 +8,7 @@ import re
 
 from markdown_it import MarkdownIt
 
-from connector.convert.structure import tile
+from connector.convert.structure import is_table_caption, tile
 from connector.models import Block
 
 _PARSER = MarkdownIt("commonmark").enable("table")
@@ -113,6 +113,6 @@ def _caption_of(text: str, spans: tuple[Block, ...], i: int) -> str:
     for j in (i - 1, i + 1):
         if 0 <= j < len(spans) and spans[j].kind == "caption":
             caption = text[spans[j].start : spans[j].end].strip()
-            if j == i - 1 or caption.lower().startswith(("table", "**table", "_table")):
+            if j == i - 1 or is_table_caption(caption):
                 return caption
     return ""

@@ -44,7 +44,7 @@ def units(text: str, blocks: Sequence[Block], encoding: str = "o200k_base") -> t
             or cur.kind == "footnote"
             or (cur.kind == "list" and prev.kind == "paragraph" and text[prev.start : prev.end].rstrip().endswith(":"))
             or (prev.kind == "caption" and cur.kind == "table")
-            or (prev.kind == "table" and cur.kind == "caption" and _is_table_caption(text[cur.start : cur.end]))
+            or (prev.kind == "table" and cur.kind == "caption" and is_table_caption(text[cur.start : cur.end]))
             or (
                 cur.kind == "paragraph"
                 and prev.kind == "paragraph"
@@ -63,5 +63,5 @@ def units(text: str, blocks: Sequence[Block], encoding: str = "o200k_base") -> t
     )  # fmt: skip
 
 
-def _is_table_caption(text: str) -> bool:
+def is_table_caption(text: str) -> bool:
     return text.lstrip("*_ ").lower().startswith("table")

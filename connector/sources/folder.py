@@ -196,10 +196,9 @@ class FolderWatcher:
         """Documents whose files vanished while nobody watched."""
         if self.keep_deleted:
             return
-        for key, file_path in store.folder_files_under(self.root):
-            if not Path(file_path).exists():
-                with self._lock:
-                    self._ops.append(("delete", key))
+        for key in vanished(store, self.root):
+            with self._lock:
+                self._ops.append(("delete", key))
 
     def _settle_loop(self) -> None:
         backoff = 1.0
@@ -246,17 +245,28 @@ class FolderWatcher:
         if ref is None:
             return
         try:
-            digest = sha256_file(ref.path)
-        except OSError as exc:
-            log.warning("cannot read %s: %s", ref.key, exc)
-            return
-        try:
-            doc_id = store.enqueue_file(ref.key, ref.path, ref.mime, digest)
+            queue_file(store, ref)
         except psycopg.OperationalError:
             self.touch(path)  # keep it: queued once the connection is back
             raise
-        if doc_id is not None:
-            log.info("queued %s (document %d)", ref.key, doc_id)
+
+
+def queue_file(store: Store, ref: FileRef) -> int | None:
+    """Queue a file when it is new or its bytes changed; the document id, or None when nothing was queued."""
+    try:
+        digest = sha256_file(ref.path)
+    except OSError as exc:
+        log.warning("cannot read %s: %s", ref.key, exc)
+        return None
+    doc_id = store.enqueue_file(ref.key, ref.path, ref.mime, digest)
+    if doc_id is not None:
+        log.info("queued %s (document %d)", ref.key, doc_id)
+    return doc_id
+
+
+def vanished(store: Store, root: Path) -> list[str]:
+    """Keys of the documents of files under `root` that no longer exist."""
+    return [key for key, file_path in store.folder_files_under(root) if not Path(file_path).exists()]
 
 
 def scan(root: Path, dsn: str, keep_deleted: bool = False) -> int:
@@ -267,15 +277,8 @@ def scan(root: Path, dsn: str, keep_deleted: bool = False) -> int:
     queued = 0
     with connect(dsn, autocommit=True) as conn:
         store = Store(conn)
-        if not keep_deleted:
-            for key, file_path in store.folder_files_under(root):
-                if not Path(file_path).exists():
-                    store.delete_folder_documents(key)
+        for key in [] if keep_deleted else vanished(store, root):
+            store.delete_folder_documents(key)
         for ref in walk(root):
-            try:
-                digest = sha256_file(ref.path)
-            except OSError as exc:
-                log.warning("cannot read %s: %s", ref.key, exc)
-                continue
-            queued += store.enqueue_file(ref.key, ref.path, ref.mime, digest) is not None
+            queued += queue_file(store, ref) is not None
     return queued
