@@ -193,6 +193,25 @@ def test_migrate_and_status_commands(tmp_path: Path, dsn: str) -> None:
         "done": "1",
         "failed": "1",
     }
+    with psycopg.connect(dsn, autocommit=True) as conn:  # a lease in flight, as a worker leaves it
+        conn.execute(
+            "INSERT INTO connector.documents (source_key, content, status, attempts, claimed_by, heartbeat_at, "
+            "lease_expires_at) VALUES ('busy', 'x', 'processing', 3, 'host:42:ab:0', now(), now() + interval '1 min')"
+        )
+    status = subprocess.run(connector_cmd("status", "--dsn", dsn), env=env, capture_output=True, text=True, timeout=60)
+    assert "in flight" in status.stdout and "host:42:ab:0" in status.stdout
+
+    def retry(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(connector_cmd("retry", *args, "--dsn", dsn), env=env, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+
+    assert retry().returncode == 2  # neither a document nor --failed
+    assert retry("ok").returncode == 1  # done, not failed: nothing to requeue
+    requeued = retry("--failed")
+    assert requeued.returncode == 0 and "requeued" in requeued.stderr and "broken-row" in requeued.stderr
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT status, retries FROM connector.documents WHERE source_key = 'broken-row'")
+        assert row.fetchone() == ("pending", 0)
 
 
 def test_another_embedding_model_is_refused_before_anything_is_written(tmp_path: Path, dsn: str, corpus: Path) -> None:
