@@ -176,7 +176,7 @@ def ingest(
     console.print(", ".join(f"{n} {k}" for k, n in report.counts.items() if n) or "nothing to ingest")
     for key, error in report.failures:
         console.print(f"[red]failed[/red] {key}: {error}")
-    if report.counts["failed"]:
+    if report.counts["failed"] or report.counts["retry"]:
         raise typer.Exit(1)
 
 

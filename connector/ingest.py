@@ -20,7 +20,9 @@ from connector.worker import Worker
 
 @dataclass
 class Report:
-    counts: dict[str, int] = field(default_factory=lambda: {"done": 0, "unchanged": 0, "failed": 0, "superseded": 0})
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"done": 0, "unchanged": 0, "failed": 0, "superseded": 0, "retry": 0}
+    )
     failures: list[tuple[str, str]] = field(default_factory=list)  # (source key, reason)
 
 
@@ -72,6 +74,6 @@ def ingest(
         row = store.ingest_file(ref.key, ref.path.resolve(), ref.mime, digest, lease_seconds, worker.name)
         outcome = "unchanged" if row is None else worker.process(row)
         report.counts[outcome] += 1
-        if outcome == "failed":
+        if outcome in ("failed", "retry"):  # retry: a transient error; queued again for a sidecar to retry
             report.failures.extend((key, error or "") for _, key, error in store.errors([row.id]))
     return report

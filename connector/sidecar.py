@@ -59,10 +59,9 @@ def run(
             w.start()
         while any(w.is_alive() for w in workers) and not stop.is_set() and not any(w.fatal for w in workers):
             stop.wait(0.2)
-        fatal = next((w.fatal for w in workers if w.fatal), None)
         stop.set()
         _shutdown(workers, dsn, settings.shutdown_grace_seconds)
-        if fatal:
+        if fatal := next((w.fatal for w in workers if w.fatal), None):  # read after the grace: late ones count
             raise fatal
     except BaseException:  # a second Ctrl-C/SIGTERM, or an error: what is in hand goes back to the queue now
         stop.set()
@@ -105,8 +104,7 @@ def _release(workers: list[_WorkerThread], dsn: str) -> None:
         with connect(dsn, autocommit=True) as conn:
             store = Store(conn)
             for row in held:
-                if row is not None:
-                    store.release(row)
+                if row is not None and store.release(row):
                     log.warning("%s returned to the queue unfinished", row.source_key)
     except (psycopg.Error, TransientError) as exc:  # the database is gone too: the leases will expire
         log.warning("could not hand back %d document(s): %s", len(held), exc)
@@ -150,6 +148,10 @@ class _WorkerThread(threading.Thread):
                 log.warning("database unavailable (%s); retrying in %.0f s", exc, backoff)
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF)
+            except Exception as exc:  # a read-only database, a missing privilege...: stop the process, loudly
+                log.exception("worker %s stopped", self.name)
+                self.fatal = FatalError(f"worker {self.name} stopped: {type(exc).__name__}: {exc}")
+                return
 
     def _serve(self) -> None:
         s = self.settings

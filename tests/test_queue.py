@@ -221,23 +221,29 @@ def test_a_worker_serving_only_the_table_leaves_folder_rows_to_the_watchers(sett
         assert row is not None and row.source_key == "a.txt"
 
 
-def test_the_watch_functions_refuse_to_run_for_another_table(settings: Settings) -> None:
+def test_only_their_owner_can_attach_the_watch_functions(settings: Settings) -> None:
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
-        conn.execute("CREATE TABLE guarded (id int, body text)")
-        tables.watch(conn, "guarded", "id", "body")
-        conn.execute("CREATE TABLE forger (id int, body text)")
-        conn.execute(
-            "CREATE TRIGGER forge AFTER INSERT ON forger FOR EACH ROW "
-            "EXECUTE FUNCTION connector.watch_row('public.guarded', 'id', 'body', '')"
-        )
-        with pytest.raises(psycopg.errors.RaiseException, match="installed for public.guarded"):
-            conn.execute("INSERT INTO forger VALUES (1, 'fake')")
-        assert conn.execute("SELECT count(*) FROM connector.documents").fetchone() == (0,)
         grants = conn.execute(
             "SELECT count(*) FROM information_schema.routine_privileges "
             "WHERE routine_schema = 'connector' AND routine_name LIKE 'watch_%%' AND grantee = 'PUBLIC'"
         ).fetchone()
         assert grants == (0,)
+        conn.execute("CREATE ROLE intruder LOGIN")
+        conn.execute("CREATE TABLE public.intruders_table (id int, body text)")
+        conn.execute("ALTER TABLE public.intruders_table OWNER TO intruder")
+        conn.execute("GRANT USAGE ON SCHEMA connector TO intruder")
+        conn.execute("SET ROLE intruder")
+        try:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(
+                    "CREATE TRIGGER forge AFTER INSERT ON public.intruders_table FOR EACH ROW "
+                    "EXECUTE FUNCTION connector.watch_row('public.guarded', 'id', 'body', '')"
+                )
+        finally:
+            conn.execute("RESET ROLE")
+            conn.execute("DROP TABLE public.intruders_table")
+            conn.execute("REVOKE ALL ON SCHEMA connector FROM intruder")
+            conn.execute("DROP ROLE intruder")
 
 
 def test_log_lines_carry_the_document_in_text_and_json() -> None:
@@ -253,3 +259,34 @@ def test_log_lines_carry_the_document_in_text_and_json() -> None:
     assert entry["message"] == "done a.txt" and entry["document_id"] == 7 and entry["source_key"] == "a.txt"
     plain = logging.LogRecord("connector", logging.INFO, __file__, 1, "sidecar stopped", (), None)
     assert "document_id" not in json.loads(formatter("json").format(plain))
+
+
+def test_rescans_count_a_crashed_try_and_keep_a_backoff(settings: Settings, tmp_path) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.txt").write_text(TEXT)
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        store = Store(conn)
+        doc = store.enqueue_file("a.txt", inbox / "a.txt", "text/plain", "h1")
+        store.claim_next(60, "dies", [inbox])  # the process dies holding it; it restarts and rescans the folder
+        store.enqueue_file("a.txt", inbox / "a.txt", "text/plain", "h1")
+        assert _row(conn, doc)[:2] == ("pending", 1), "the crash counted as a try"
+        conn.execute("UPDATE connector.documents SET retry_after = now() + interval '1 hour' WHERE id = %s", (doc,))
+        store.enqueue_file("a.txt", inbox / "a.txt", "text/plain", "h1")  # a cron `run --once` rescans
+        assert _row(conn, doc)[:4] == ("pending", 1, None, True), "backoff and budget kept"
+        store.enqueue_file("a.txt", inbox / "a.txt", "text/plain", "h1")
+        assert store.claim_next(60, "w", [inbox]) is None
+
+
+def test_a_partitioned_table_can_be_watched(settings: Settings) -> None:
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        conn.execute("CREATE TABLE notes (id int, region text, body text) PARTITION BY LIST (region)")
+        conn.execute("CREATE TABLE notes_eu PARTITION OF notes FOR VALUES IN ('eu')")
+        conn.execute("CREATE TABLE notes_us PARTITION OF notes FOR VALUES IN ('us')")
+        assert tables.watch(conn, "notes", "id", "body").table == "public.notes"
+        conn.execute("INSERT INTO notes VALUES (1, 'eu', 'one'), (2, 'us', 'two')")
+        keys = {r[0] for r in conn.execute("SELECT source_key FROM connector.documents WHERE source = 'table'")}
+        assert keys == {"public.notes:1", "public.notes:2"}
+        conn.execute("DELETE FROM notes WHERE id = 2")
+        conn.execute("TRUNCATE notes")
+        assert conn.execute("SELECT count(*) FROM connector.documents").fetchone() == (0,)

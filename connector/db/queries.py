@@ -19,7 +19,10 @@ INSERT INTO connector.documents AS d (source, source_key, title, mime_type, file
 VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'pending')
 ON CONFLICT (source, source_key) DO UPDATE
     SET status = 'pending', mime_type = EXCLUDED.mime_type, file_path = EXCLUDED.file_path, updated_at = now(),
-        retries = CASE WHEN d.status = 'processing' THEN d.retries ELSE 0 END, retry_after = NULL
+        -- taken from a worker (that may have died: a rescan after a crash lands here): a try; already waiting: as
+        -- it was (backoff kept); done or failed with other bytes: a fresh budget
+        retries = CASE d.status WHEN 'processing' THEN d.retries + 1 WHEN 'pending' THEN d.retries ELSE 0 END,
+        retry_after = CASE WHEN d.status = 'pending' THEN d.retry_after END
     WHERE d.status = 'processing'
        OR (d.status = 'failed' AND d.failed_hash IS DISTINCT FROM %(hash)s)
        OR (d.status IN ('pending', 'done') AND d.content_hash IS DISTINCT FROM %(hash)s)
@@ -77,7 +80,9 @@ UPDATE connector.documents
 SET status = CASE WHEN status = 'pending' THEN 'pending'
                   WHEN retries + 1 >= %(max)s THEN 'failed' ELSE 'pending' END,
     failed_hash = CASE WHEN status <> 'pending' AND retries + 1 >= %(max)s THEN %(hash)s ELSE failed_hash END,
-    retries = retries + 1, last_error = %(error)s, retry_after = now() + make_interval(secs => %(delay)s),
+    -- requeued with new content meanwhile (status already pending): its fresh budget and schedule stay
+    retries = CASE WHEN status = 'pending' THEN retries ELSE retries + 1 END, last_error = %(error)s,
+    retry_after = CASE WHEN status = 'pending' THEN retry_after ELSE now() + make_interval(secs => %(delay)s) END,
     lease_expires_at = NULL, claimed_by = NULL, updated_at = now()
 WHERE id = %(id)s AND attempts = %(token)s
 RETURNING status

@@ -239,9 +239,10 @@ class Store:
             params = {"id": row.id, "token": row.attempts, "error": error[:4000], "hash": content_hash}
             self.conn.execute(queries.MARK_FAILED, params)
 
-    def release(self, row: ClaimedRow) -> None:
+    def release(self, row: ClaimedRow) -> bool:
+        """Back to the queue; False when the row was no longer ours (finished, or claimed again)."""
         with self.conn.transaction():
-            self.conn.execute(queries.RELEASE, {"id": row.id, "token": row.attempts})
+            return self.conn.execute(queries.RELEASE, {"id": row.id, "token": row.attempts}).rowcount == 1
 
     def errors(self, document_ids: list[int]) -> list[tuple[int, str, str | None]]:
         """(id, source_key, last_error) of the given documents."""
