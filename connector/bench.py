@@ -77,7 +77,7 @@ def _arm(settings: Settings, dsn: str, paths: list[str], name: str, out: mp.Queu
             pipeline = Pipeline(settings, embedder)
             tokens.encoding(settings.chunking.encoding)  # load the BPE tables before the clock starts
             t0 = time.perf_counter()
-            report = ingest(conn, pipeline, selection, settings.lease_seconds)
+            report = ingest(conn, pipeline, selection)
             wall = time.perf_counter() - t0
             chunks = conn.execute("SELECT count(*) FROM connector.chunks").fetchone()[0]
     out.put(

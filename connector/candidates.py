@@ -8,6 +8,7 @@ would queue on the GIL); short ones serially, where starting the work elsewhere 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -80,15 +81,50 @@ def _shared_pool() -> ProcessPoolExecutor:
     with _pool_lock:
         if _pool is None:
             # `spawn`: the sidecar process holds torch's thread pools, which do not survive a fork.
-            _pool = ProcessPoolExecutor(max_workers=2, mp_context=mp.get_context("spawn"))
+            _pool = ProcessPoolExecutor(
+                max_workers=2, mp_context=mp.get_context("spawn"), initializer=_exit_with_parent,
+                initargs=(os.getpid(),),
+            )  # fmt: skip
             atexit.register(shutdown_pool)
         return _pool
 
 
+def _exit_with_parent(parent: int) -> None:
+    """In each pool process: exit as soon as the sidecar that started it is gone (killed with SIGKILL, say), so no
+    pool process (nor the resource tracker, which lives as long as any of them) is left running under init."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def shutdown_pool() -> None:
-    """Stop the worker processes (at exit, or when a test wants no processes left behind)."""
+    """Stop the worker processes once their current work is done (at exit, or when a test wants no processes left
+    behind)."""
     global _pool
     with _pool_lock:
         if _pool is not None:
             _pool.shutdown(wait=True, cancel_futures=True)
             _pool = None
+
+
+def terminate_pool() -> None:
+    """Stop the worker processes now, abandoning what they are chunking (a shutdown past its grace period): the
+    document that was waiting on them gets an error and has already been handed back to the queue."""
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is None:
+        return
+    # NOTE: ProcessPoolExecutor only gained a public way to do this in Python 3.14 (`terminate_workers`), which
+    # does the same: signal every process of `_processes`, then shut down without waiting for their results.
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.join(timeout=5)

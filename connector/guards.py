@@ -26,7 +26,9 @@ def split_oversize(text: str, chunks: list[Chunk], settings: ChunkingSettings) -
     out: list[Chunk] = []
     for chunk in chunks:
         if chunk.token_count > settings.max_tokens:
-            out.extend(split_span(text, chunk.start, chunk.end, settings.max_tokens, settings.encoding))
+            out.extend(
+                split_span(text, chunk.start, chunk.end, settings.max_tokens, settings.encoding, overlap_tokens=0)
+            )
         else:
             out.append(chunk)
     return out
@@ -71,9 +73,8 @@ def _merge_tiny_at(text: str, out: list[Chunk], i: int, settings: ChunkingSettin
 def _rebalance(text: str, left: Chunk, right: Chunk, settings: ChunkingSettings) -> list[Chunk] | None:
     """The two chunks' text re-split into two of similar size, if both then lie in [min_tokens, max_tokens]."""
     total = left.token_count + right.token_count
-    halves = split_span(
-        text, left.start, right.end, min(settings.max_tokens, total // 2 + total // 10), settings.encoding
-    )
+    limit = min(settings.max_tokens, total // 2 + total // 10)
+    halves = split_span(text, left.start, right.end, limit, settings.encoding, overlap_tokens=0)
     if len(halves) == 2 and all(settings.min_tokens <= c.token_count <= settings.max_tokens for c in halves):
         return halves
     return None

@@ -14,7 +14,8 @@ import psycopg
 
 from connector.db.store import Store
 from connector.pipeline import Pipeline
-from connector.sources.folder import FileRef, file_ref, sha256_file, walk
+from connector.sources.files import sha256_regular
+from connector.sources.folder import FileRef, file_ref, walk
 from connector.worker import Worker
 
 
@@ -57,19 +58,19 @@ def ingest(
     conn: psycopg.Connection,
     pipeline: Pipeline,
     selection: Selection,
-    lease_seconds: int,
     on_file: Callable[[FileRef], None] = lambda _ref: None,
 ) -> Report:
     store = Store(conn)
-    worker = Worker(conn, pipeline, lease_seconds, selection.roots)
+    worker = Worker(conn, pipeline, selection.roots)
+    lease_seconds = pipeline.settings.lease_seconds
     report = Report()
     for ref in selection.refs:
         on_file(ref)
         try:
-            digest = sha256_file(ref.path)
+            digest = sha256_regular(ref.path, worker.max_bytes)  # a FIFO or a huge file is refused unread
         except OSError as exc:
             report.counts["failed"] += 1
-            report.failures.append((ref.key, f"cannot read: {exc.strerror}"))
+            report.failures.append((ref.key, f"cannot read: {exc.strerror or exc}"))
             continue
         row = store.ingest_file(ref.key, ref.path.resolve(), ref.mime, digest, lease_seconds, worker.name)
         outcome = "unchanged" if row is None else worker.process(row)

@@ -25,7 +25,7 @@ def run(path: Path, settings: Settings, model: str) -> dict:
     mime = mime_for_path(path)
     if mime is None:
         raise UnsupportedDocument(f"{path}: not a supported file type")
-    document = convert(path.read_bytes(), mime)
+    document = convert(path.read_bytes(), mime, settings.chunking)
     pool = candidates.generate(document, chunkers.build(settings.chunking), settings.chunking)
     candidates.shutdown_pool()
     settings = settings.model_copy(update={"metrics": settings.metrics.model_copy(update={"model": model})})

@@ -4,7 +4,8 @@
   `connector_stage_seconds{stage}` (convert, candidates, guards, each metric, select, embed, write),
   `connector_queue_documents{state}` (ready, backing_off, processing, done, failed; read from the database at
   scrape time), `connector_database_up`, `connector_workers_alive`.
-- `GET /health`: 200 `{"status": "ok", ...}` while every worker thread is alive and the database answers, else 503.
+- `GET /health`: 200 `{"status": "ok", ...}` while every worker thread and the folder watcher are alive and the
+  database answers, else 503 with `"status": "degraded"` and the `problems` in words.
 """
 
 from __future__ import annotations
@@ -45,10 +46,19 @@ def record(outcome: str, timings: dict[str, float] | None = None) -> None:
 class HealthServer:
     """/health and /metrics on a background thread; `workers_alive` tells how many worker threads still run."""
 
-    def __init__(self, host: str, port: int, dsn: str, workers_alive: Callable[[], int], workers: int):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        dsn: str,
+        workers_alive: Callable[[], int],
+        workers: int,
+        problems: Callable[[], list[str]],
+    ):
         self.dsn = dsn
         self.workers_alive = workers_alive
         self.workers = workers
+        self.problems = problems  # internal threads that are dead or failing (watcher, workers), in words
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="health-http", daemon=True)
@@ -79,9 +89,10 @@ class HealthServer:
         except Exception as exc:  # any failure to reach it is "down" for a health check
             DATABASE_UP.set(0)
             depth, database = {}, f"unreachable: {type(exc).__name__}"
-        ok = database == "ok" and alive == self.workers
+        problems = self.problems()
+        ok = database == "ok" and alive == self.workers and not problems
         return {"status": "ok" if ok else "degraded", "database": database, "workers": self.workers,
-                "workers_alive": alive, "queue": depth}  # fmt: skip
+                "workers_alive": alive, "problems": problems, "queue": depth}  # fmt: skip
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self

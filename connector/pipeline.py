@@ -20,14 +20,16 @@ class Pipeline:
         self.settings = settings
         self.embedder = embedder
         self.chunkers = chunkers.build(settings.chunking)
-        # Shared by the pipelines of one process's workers: the static model and coreference backend are stateless.
+        # Shared by the pipelines of one process's workers, so each must be safe to call from several threads: the
+        # coreference heuristic keeps no state between calls, the static model keeps one copy per thread and the
+        # storage embedder (MiniLM) takes one batch at a time (both wrap Rust tokenizers that are not thread-safe).
         self.metric_resources = resources or metrics.Resources.load(settings, embedder)
         self.totals = Timer()  # every stage of every document this pipeline ran (read by `connector bench`)
 
     def run(self, source: SourceDocument) -> Outcome:
         timer = Timer()
         with timer("convert"):
-            document = convert(source.data, source.mime_type)
+            document = convert(source.data, source.mime_type, self.settings.chunking)
         pool = candidates.generate(document, self.chunkers, self.settings.chunking, timer)
         scored = metrics.score_all(document, pool, self.settings, self.metric_resources, timer)
         with timer("select"):

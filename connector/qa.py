@@ -2,8 +2,10 @@
 
 Record format (one JSON object per line): id, doc (file name), question, evidence (verbatim, whitespace collapsed),
 answer, kind. A chunk is a *hit* when its whitespace-normalised text contains the normalised evidence; it is a
-*lenient hit* when it holds a contiguous run of at least `LENIENT_SHARE` of the evidence's words (the evidence is
-mostly there, e.g. cut by a chunk boundary near its end).
+*lenient hit* when it is a hit, or when it holds a contiguous run of at least `LENIENT_SHARE` of the evidence's words
+(the evidence is mostly there, e.g. cut by a chunk boundary near its end). Every hit is a lenient hit by
+construction, so lenient recall is never below recall: the word-run test alone would miss evidence quoted from
+inside a word ("ex" in "next"), which the substring test accepts.
 """
 
 from __future__ import annotations
@@ -66,7 +68,10 @@ def is_hit(evidence: str, chunk_text: str) -> bool:
 
 
 def covered_share(evidence: str, chunk_text: str) -> float:
-    """Share of the evidence's words in the longest run of them that the chunk contains contiguously."""
+    """Share of the evidence's words in the longest run of them that the chunk contains contiguously; 1.0 for a
+    hit (the whole evidence is there, even where it starts or ends inside one of the chunk's words)."""
+    if is_hit(evidence, chunk_text):
+        return 1.0
     words = normalise(evidence).split()
     if not words:
         return 0.0
@@ -82,7 +87,7 @@ def covered_share(evidence: str, chunk_text: str) -> float:
 
 
 def is_lenient_hit(evidence: str, chunk_text: str) -> bool:
-    return covered_share(evidence, chunk_text) >= LENIENT_SHARE
+    return is_hit(evidence, chunk_text) or covered_share(evidence, chunk_text) >= LENIENT_SHARE
 
 
 @dataclass(frozen=True, slots=True)

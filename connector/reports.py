@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from connector import qa
+from connector.settings import ChunkingSettings
 
 
 def console() -> Console:
@@ -91,7 +92,7 @@ def bench_print(embedder: str, arms, runs) -> None:
     out.print(tp)
 
 
-def conversion(paths: list[Path], out: Path | None) -> tuple[list[dict], dict]:
+def conversion(paths: list[Path], out: Path | None, settings: ChunkingSettings) -> tuple[list[dict], dict]:
     """Convert each supported file under `paths`: a row of figures per file, and a summary with PDF pages/s."""
     from connector.convert import convert
     from connector.errors import DocumentError
@@ -101,7 +102,7 @@ def conversion(paths: list[Path], out: Path | None) -> tuple[list[dict], dict]:
     for ref in select(paths).refs:
         t0 = time.perf_counter()
         try:
-            doc = convert(ref.path.read_bytes(), ref.mime)
+            doc = convert(ref.path.read_bytes(), ref.mime, settings)
         except DocumentError as exc:
             rows.append({"file": ref.key, "error": str(exc)})
             continue

@@ -44,6 +44,9 @@ class ChunkingSettings(BaseSettings):
     min_tokens: int = Field(100, description="Tiny guard: a chunk below this is merged into a neighbour.")
     merge_limit: int = Field(1150, description="Tiny guard: a merge may not produce a chunk above this.")
     encoding: str = Field("o200k_base", description="tiktoken encoding used for every token count.")
+    table_max_tokens: int = Field(
+        1000, description="Converted PDF/HTML tables above this are split by rows, each part repeating the header."
+    )
     recursive_overlap_tokens: int = Field(0, description="`recursive_*`: whole sentences carried over, up to this.")
     sentences_per_chunk: int = Field(8, description="`sentence` strategy: sentences per chunk.")
     semantic_percentile: float = Field(90.0, description="`semantic`: cut at gaps more distant than this percentile.")
@@ -105,6 +108,12 @@ class Settings(BaseSettings):
 
     poll_interval: float = Field(5.0, description="Seconds between queue polls when no NOTIFY arrives.")
     settle_seconds: float = Field(1.0, description="A file must stay unchanged this long before it is read.")
+    rescan_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="The watched folder is rescanned this often (and after an inotify overflow or a reconnection), "
+        "so a lost event is repaired; only files whose size or mtime changed are read again.",
+    )
     lease_seconds: int = Field(
         60, description="A claimed document whose worker stops renewing it (every third of this) is claimable again."
     )

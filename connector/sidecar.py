@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 
+from connector import candidates
 from connector.db.database import connect
 from connector.db.store import Store
 from connector.errors import FatalError, TransientError
@@ -47,17 +49,28 @@ def run(
     workers: list[_WorkerThread] = []
     try:
         if watch and once:
-            n = scan(settings.watch_dir, dsn, settings.keep_deleted)
+            n = scan(settings, dsn)
             log.info("queued %d file(s) from %s", n, settings.watch_dir.resolve())
         elif watch:
-            watcher = FolderWatcher(settings.watch_dir, dsn, settings.settle_seconds, settings.keep_deleted)
+            watcher = FolderWatcher(settings, dsn)
             watcher.start()
             log.info("watching %s", watcher.root)
         workers = [_WorkerThread(settings, dsn, make_pipeline(), stop, roots, i, once) for i in range(settings.workers)]
-        server = _health_server(settings, dsn, workers)
+        _threads.update(workers)
+        watcher_problem: list[str | None] = [None]  # read by /health; only this loop calls watcher.check()
+        server = _health_server(settings, dsn, workers, lambda: watcher_problem[0])
         for w in workers:
             w.start()
         while any(w.is_alive() for w in workers) and not stop.is_set() and not any(w.fatal for w in workers):
+            if watcher is not None:
+                # check() restarts a watcher thread that died and says what is wrong (/health turns degraded)
+                problem = watcher.check()
+                if problem != watcher_problem[0]:
+                    if problem:
+                        log.error("%s", problem)
+                    else:
+                        log.info("folder watcher working again")
+                watcher_problem[0] = problem
             stop.wait(0.2)
         stop.set()
         _shutdown(workers, dsn, settings.shutdown_grace_seconds)
@@ -68,6 +81,10 @@ def run(
         _release(workers, dsn)
         raise
     finally:
+        if busy():
+            # Past the grace period: documents still in the candidate pool are abandoned (their rows are back in
+            # the queue), so that no pool process keeps chunking for a sidecar that is leaving.
+            candidates.terminate_pool()
         if watcher:
             watcher.stop()
         if server:
@@ -75,13 +92,30 @@ def run(
     log.info("sidecar stopped")
 
 
-def _health_server(settings: Settings, dsn: str, workers: list[_WorkerThread]):
+# Every worker thread this process started (weakly: tests start many sidecars in one process).
+_threads: weakref.WeakSet[_WorkerThread] = weakref.WeakSet()
+
+
+def busy() -> bool:
+    """Whether a worker thread is still inside a document (after `run` returned: one that outlived the grace)."""
+    return any(t.is_alive() and t.worker is not None and t.worker.current is not None for t in list(_threads))
+
+
+def _health_server(
+    settings: Settings, dsn: str, workers: list[_WorkerThread], watcher_problem: Callable[[], str | None]
+):
     if settings.http_port is None:
         return None
     from connector.observe import HealthServer
 
+    def problems() -> list[str]:
+        found = [f"worker thread {w.name} is not running" for w in workers if not w.is_alive()]
+        if (problem := watcher_problem()) is not None:
+            found.append(problem)
+        return found
+
     server = HealthServer(
-        settings.http_host, settings.http_port, dsn, lambda: sum(w.is_alive() for w in workers), len(workers)
+        settings.http_host, settings.http_port, dsn, lambda: sum(w.is_alive() for w in workers), len(workers), problems
     )
     server.start()
     return server
@@ -89,15 +123,17 @@ def _health_server(settings: Settings, dsn: str, workers: list[_WorkerThread]):
 
 def _shutdown(workers: list[_WorkerThread], dsn: str, grace: float) -> None:
     deadline = time.monotonic() + grace
-    for w in workers:
-        w.join(max(0.0, deadline - time.monotonic()))
+    # NOTE: polled, not `Thread.join(timeout)`: a second signal interrupting a join makes CPython 3.11 mark the
+    # still-running thread as stopped (bpo-45274), and the document it holds would then never be handed back.
+    while any(w.is_alive() for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
     _release(workers, dsn)
 
 
 def _release(workers: list[_WorkerThread], dsn: str) -> None:
     """Hand back the documents still in the workers' hands (their claim token is bumped: late results are
     dropped)."""
-    held = [w.worker.current for w in workers if w.is_alive() and w.worker and w.worker.current]
+    held = [w.worker.current for w in workers if w.worker and w.worker.current]
     if not held:
         return
     try:
@@ -157,9 +193,7 @@ class _WorkerThread(threading.Thread):
         s = self.settings
         with connect(self.dsn, autocommit=True) as work_conn, connect(self.dsn, autocommit=True) as listen_conn:
             listen_conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-            self.worker = Worker(work_conn, self.pipeline, s.lease_seconds, self.roots, name=self.name_in_queue,
-                                 max_attempts=s.max_attempts, retry_base_s=s.retry_base_seconds,
-                                 max_bytes=s.max_document_bytes)  # fmt: skip
+            self.worker = Worker(work_conn, self.pipeline, self.roots, name=self.name_in_queue)
             if released := self.worker.store.release_mine(self.name_in_queue):
                 log.info("gave back %d document(s) held before the connection was lost", released)
             if self.once:

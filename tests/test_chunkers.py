@@ -18,6 +18,8 @@ from connector.settings import ChunkingSettings, LLMSettings
 from tests.conftest import FIXTURES
 from tests.llm_stub import ChatStub
 
+CHUNKING = ChunkingSettings()  # the configured defaults: encoding and thresholds come from settings only
+
 WORDS = st.sampled_from(
     ["alpha", "beta", "gamma", "delta", "Postgres", "vector", "index", "chunk", "it", "the", "of", "3.14", "x",
      '"Quoted."', "(aside.)", "e.g.", "Dr.", "“Curly.”"]
@@ -34,6 +36,10 @@ LINE = st.one_of(
     st.just("| a | b |\n|---|---|\n| 1 | 2 |"),
 )
 MARKDOWN = st.lists(LINE, min_size=1, max_size=120).map("\n".join)
+
+
+def recursive(size: int, overlap_tokens: int = 0) -> RecursiveChunker:
+    return RecursiveChunker(size, CHUNKING.encoding, f"recursive_{size}", overlap_tokens)
 
 
 def assert_contract(text: str, chunks, overlapping: bool = False) -> None:
@@ -55,7 +61,7 @@ def assert_contract(text: str, chunks, overlapping: bool = False) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(MARKDOWN, st.sampled_from([20, 60, 200]))
 def test_recursive_contract(text: str, size: int) -> None:
-    chunks = RecursiveChunker(max_tokens=size).split(Document(text, ()))
+    chunks = recursive(size).split(Document(text, ()))
     assert_contract(text, chunks)
     assert all(c.token_count <= size for c in chunks)
 
@@ -74,7 +80,7 @@ def test_every_strategy_keeps_the_contract_after_guards(strategy: str, text: str
     assume(text.strip())
     cfg = ChunkingSettings(strategies=(strategy,), max_tokens=120, min_tokens=20, merge_limit=130, window_tokens=60,
                            window_overlap=10, sentences_per_chunk=3, llm=llm)  # fmt: skip
-    doc = convert(text.encode(), "text/markdown")
+    doc = convert(text.encode(), "text/markdown", cfg)
     (candidate,) = candidates.generate(doc, build(cfg), cfg, parallel=False)
     if candidate.error:
         assert candidate.error == "skipped: document has no headings" and strategy == "sections"
@@ -90,7 +96,7 @@ def test_page_then_guards_contract(text: str, raw_starts: list[int]) -> None:
     starts = tuple(sorted({0, *(s % max(1, len(text)) for s in raw_starts)}))
     doc = Document(text, (), page_starts=starts)
     cfg = ChunkingSettings(max_tokens=80, min_tokens=15, merge_limit=90)
-    chunks = guards.apply(text, PageChunker().split(doc), cfg)
+    chunks = guards.apply(text, PageChunker(cfg.encoding).split(doc), cfg)
     assert_contract(text, chunks)
     assert all(c.token_count <= cfg.merge_limit for c in chunks)
     if len(chunks) > 1:
@@ -104,20 +110,20 @@ def test_page_then_guards_contract(text: str, raw_starts: list[int]) -> None:
 def test_recursive_overlap_carries_whole_sentences_within_budget() -> None:
     sentences = [f"Sentence number {i} talks about topic {i % 5} in a few words." for i in range(200)]
     text = " ".join(sentences)
-    plain = RecursiveChunker(max_tokens=200).split(Document(text, ()))
-    overlapped = RecursiveChunker(max_tokens=200, overlap_tokens=40).split(Document(text, ()))
+    plain = recursive(200).split(Document(text, ()))
+    overlapped = recursive(200, overlap_tokens=40).split(Document(text, ()))
     assert_contract(text, overlapped, overlapping=True)
     assert len(overlapped) > len(plain), "repeating text takes more chunks"
     for prev, chunk in zip(overlapped, overlapped[1:], strict=False):
         shared = text[chunk.start : prev.end]
         assert shared.strip(), "each chunk repeats the end of the previous one"
         assert shared.startswith("Sentence") and shared.endswith("."), "whole sentences only"
-        assert 0 < tokens.count(shared) <= 40 and chunk.token_count <= 200
+        assert 0 < tokens.count(shared, CHUNKING.encoding) <= 40 and chunk.token_count <= 200
 
 
 def test_character_fallback_splits_text_without_separators() -> None:
     text = "x" * 5000
-    chunks = split_span(text, 0, len(text), 100)
+    chunks = split_span(text, 0, len(text), 100, CHUNKING.encoding, overlap_tokens=0)
     assert_contract(text, chunks)
     assert len(chunks) > 1 and all(c.token_count <= 100 for c in chunks)
 
@@ -125,14 +131,14 @@ def test_character_fallback_splits_text_without_separators() -> None:
 def test_heading_starts_a_new_chunk_and_stays_with_its_text() -> None:
     body = "word " * 150
     text = f"# One\n\n{body}\n\n# Two\n\n{body}"
-    chunks = RecursiveChunker(max_tokens=200).split(Document(text, ()))
+    chunks = recursive(200).split(Document(text, ()))
     assert [c.text.splitlines()[0] for c in chunks] == ["# One", "# Two"]
 
 
 @pytest.mark.parametrize("name", ["apache-2.0.txt", "debian-manifesto.txt", "lppl-1.3c.pdf", "dockerfile-reference.md"])
 def test_every_strategy_on_real_documents(name: str) -> None:
     cfg = ChunkingSettings(strategies=tuple(s for s in STRATEGIES if s != "llm_regex"))  # llm_regex: own tests
-    doc = convert((FIXTURES / name).read_bytes(), mime_for_path(name))
+    doc = convert((FIXTURES / name).read_bytes(), mime_for_path(name), CHUNKING)
     pool = candidates.generate(doc, build(cfg), cfg)
     assert [c.strategy for c in pool] == list(cfg.strategies)
     for candidate in pool:
@@ -159,7 +165,7 @@ def test_a_failing_strategy_is_recorded_and_the_others_still_run() -> None:
             raise ValueError("boom")
 
     cfg = ChunkingSettings()
-    doc = convert(b"Some text. " * 50, "text/plain")
+    doc = convert(b"Some text. " * 50, "text/plain", CHUNKING)
     broken, recursive = candidates.generate(
         doc, [Broken(), *build(ChunkingSettings(strategies=("recursive_1100",)))], cfg
     )
@@ -176,10 +182,35 @@ def test_unknown_strategy_is_a_configuration_error() -> None:
 
 def test_parallel_generation_gives_the_serial_result() -> None:
     cfg = ChunkingSettings(strategies=("recursive_1100", "sentence", "token_window", "semantic"))
-    doc = convert((FIXTURES / "dockerfile-reference.md").read_bytes(), "text/markdown")
+    doc = convert((FIXTURES / "dockerfile-reference.md").read_bytes(), "text/markdown", CHUNKING)
     try:
         parallel = candidates.generate(doc, build(cfg), cfg, parallel=True)
     finally:
         candidates.shutdown_pool()  # no worker processes (or their threads) outlive the test
     serial = candidates.generate(doc, build(cfg), cfg, parallel=False)
     assert [(c.strategy, c.chunks) for c in parallel] == [(c.strategy, c.chunks) for c in serial]
+
+
+def test_the_configured_encoding_reaches_every_strategy_and_the_pipeline(tmp_path) -> None:
+    from connector.embedders import load
+    from connector.models import SourceDocument
+    from connector.pipeline import Pipeline
+    from connector.settings import Settings
+
+    raw = (FIXTURES / "dockerfile-reference.md").read_bytes()
+    names = tuple(s for s in STRATEGIES if s != "llm_regex")
+    for encoding in ("cl100k_base", "o200k_base"):
+        cfg = ChunkingSettings(strategies=names, encoding=encoding)
+        doc = convert(raw, "text/markdown", cfg)
+        for chunker in build(cfg):
+            chunks = chunker.split(doc) if chunker.name != "page" else []
+            assert all(c.token_count == tokens.count(c.text, encoding) for c in chunks), chunker.name
+    cl100k = ChunkingSettings(strategies=("recursive_1100", "sections", "token_window"), encoding="cl100k_base")
+    settings = Settings(embedder="fake", data_dir=tmp_path, chunking=cl100k)
+    source = SourceDocument(1, "sql", "dockerfile", None, raw, "text/markdown", "0" * 64)
+    outcome = Pipeline(settings, load("fake")).run(source)
+    assert outcome.document == convert(raw, "text/markdown", cl100k)
+    assert outcome.document != convert(raw, "text/markdown", CHUNKING), "the units depend on the encoding"
+    counted = [c for s in outcome.scored for c in s.candidate.chunks]
+    assert counted and all(c.token_count == tokens.count(c.text, "cl100k_base") for c in counted)
+    assert any(tokens.count(c.text, "cl100k_base") != tokens.count(c.text, "o200k_base") for c in counted)

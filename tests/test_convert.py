@@ -7,12 +7,15 @@ import pytest
 
 from connector.convert import convert, mime_for_path
 from connector.errors import ConversionError, UnsupportedDocument
+from connector.settings import ChunkingSettings
 from tests.conftest import FIXTURES
+
+CHUNKING = ChunkingSettings()  # the configured defaults: encoding and thresholds come from settings only
 
 
 def test_pdf_has_a_page_map_that_matches_the_pages() -> None:
     data = (FIXTURES / "lppl-1.3c.pdf").read_bytes()
-    doc = convert(data, "application/pdf")
+    doc = convert(data, "application/pdf", CHUNKING)
     with pymupdf.open(stream=data, filetype="pdf") as pdf:
         assert len(doc.page_starts) == pdf.page_count == 8
         for number, page in enumerate(pdf, start=1):
@@ -37,7 +40,7 @@ def assert_tiles(doc) -> None:
 
 def test_text_passes_through_unchanged_with_paragraph_blocks() -> None:
     raw = (FIXTURES / "apache-2.0.txt").read_bytes()
-    doc = convert(raw, "text/plain")
+    doc = convert(raw, "text/plain", CHUNKING)
     assert doc.markdown == raw.decode()
     assert_tiles(doc)
     assert all(b.kind in ("paragraph", "list", "heading") for b in doc.blocks)
@@ -45,7 +48,7 @@ def test_text_passes_through_unchanged_with_paragraph_blocks() -> None:
 
 def test_markdown_headings_give_section_paths_but_not_inside_code_fences() -> None:
     text = "# Top\n\nintro\n\n## Sub\n\n```\n# not a heading\n```\n\nbody\n"
-    doc = convert(text.encode(), "text/markdown")
+    doc = convert(text.encode(), "text/markdown", CHUNKING)
     assert_tiles(doc)
     assert [text[b.start : b.end].strip() for b in doc.blocks if b.kind == "heading"] == ["# Top", "## Sub"]
     assert doc.section_path_at(text.index("body")) == ("Top", "Sub")
@@ -55,7 +58,7 @@ def test_markdown_headings_give_section_paths_but_not_inside_code_fences() -> No
 
 def test_markdown_fixture_is_unchanged_and_fully_tiled() -> None:
     raw = (FIXTURES / "dockerfile-reference.md").read_bytes()
-    doc = convert(raw, mime_for_path("x.md"))
+    doc = convert(raw, mime_for_path("x.md"), CHUNKING)
     assert doc.markdown == raw.decode()
     assert_tiles(doc)
     kinds = {b.kind for b in doc.blocks}
@@ -72,7 +75,7 @@ def _pdf_bytes(builder) -> bytes:
 
 def test_corrupt_pdf_is_a_conversion_error() -> None:
     with pytest.raises(ConversionError, match="cannot open PDF"):
-        convert(b"%PDF-1.7\n" + bytes(range(256)) * 4, "application/pdf")
+        convert(b"%PDF-1.7\n" + bytes(range(256)) * 4, "application/pdf", CHUNKING)
 
 
 def test_encrypted_pdf_is_a_conversion_error() -> None:
@@ -83,13 +86,13 @@ def test_encrypted_pdf_is_a_conversion_error() -> None:
     build(pdf)
     data = pdf.tobytes(encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw="pw", owner_pw="owner")
     with pytest.raises(ConversionError, match="encrypted"):
-        convert(data, "application/pdf")
+        convert(data, "application/pdf", CHUNKING)
 
 
 def test_pdf_without_text_is_a_conversion_error() -> None:
     data = _pdf_bytes(lambda pdf: pdf.new_page().draw_rect(pymupdf.Rect(50, 50, 200, 200)))
     with pytest.raises(ConversionError, match="no extractable text"):
-        convert(data, "application/pdf")
+        convert(data, "application/pdf", CHUNKING)
 
 
 @pytest.mark.parametrize(
@@ -103,9 +106,28 @@ def test_pdf_without_text_is_a_conversion_error() -> None:
 )
 def test_bad_text_is_a_conversion_error(data: bytes, message: str) -> None:
     with pytest.raises(ConversionError, match=message):
-        convert(data, "text/plain")
+        convert(data, "text/plain", CHUNKING)
 
 
 def test_unsupported_type() -> None:
     with pytest.raises(UnsupportedDocument, match="image/png"):
-        convert(b"\x89PNG", "image/png")
+        convert(b"\x89PNG", "image/png", CHUNKING)
+
+
+def test_the_configured_encoding_and_table_limit_reach_conversion() -> None:
+    from connector.convert import structure
+
+    raw = (FIXTURES / "postgresql-15-datatype-numeric.html").read_bytes()
+    o200k = convert(raw, "text/html", ChunkingSettings(encoding="o200k_base"))
+    cl100k = convert(raw, "text/html", ChunkingSettings(encoding="cl100k_base"))
+    assert o200k.markdown == cl100k.markdown
+    # Short paragraphs are grouped into units by their token counts: the two encodings group this page differently.
+    assert cl100k.units == structure.units(cl100k.markdown, cl100k.blocks, "cl100k_base")
+    assert o200k.units == structure.units(o200k.markdown, o200k.blocks, "o200k_base")
+    assert cl100k.units != o200k.units
+
+    def tables(doc) -> int:
+        return sum(b.kind == "table" for b in doc.blocks)
+
+    small = convert(raw, "text/html", ChunkingSettings(table_max_tokens=150))
+    assert tables(small) > tables(o200k)

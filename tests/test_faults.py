@@ -176,7 +176,8 @@ BAD_FILES = {
         "no extractable text",
     ),
     "a06-huge.pdf": (_huge(), "too large"),
-    "a07-not-a-pdf.pdf": (b"just some words, not a PDF at all\n" * 20, "PDF"),
+    # Text or HTML named .pdf converts as what it is (tests/test_convert_hostile.py); other bytes fail.
+    "a07-not-a-pdf.pdf": (b"PK\x03\x04" + os.urandom(2000), "not a PDF (looks like a ZIP archive"),
     "a08-binary-junk.txt": (os.urandom(2000) + b"\x00" * 10, "NUL bytes"),
     "a09-latin1.txt": ("café crème brûlée, à la carte ".encode("latin-1") * 20, "not valid UTF-8"),
     "a10-empty.txt": (b"", "empty"),

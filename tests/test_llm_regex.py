@@ -31,7 +31,7 @@ def settings_for(stub: ChatStub | None, tmp_path: Path, **llm) -> ChunkingSettin
 
 
 def generate(text: str, cfg: ChunkingSettings):
-    doc = convert(text.encode(), "text/plain")
+    doc = convert(text.encode(), "text/plain", cfg)
     (candidate,) = candidates.generate(doc, build(cfg), cfg, parallel=False)
     return doc, candidate
 
@@ -91,12 +91,13 @@ def test_an_unreachable_endpoint_fails_only_this_candidate(tmp_path: Path) -> No
         strategies=("llm_regex", "recursive_1100"),
         llm=LLMSettings(base_url="http://127.0.0.1:9/v1", timeout=2, cache_dir=tmp_path / "c"),
     )
-    doc = convert(ARTICLES.encode(), "text/plain")
+    doc = convert(ARTICLES.encode(), "text/plain", cfg)
     llm, recursive = candidates.generate(doc, build(cfg), cfg, parallel=False)
     assert llm.error and "Connection" in llm.error and llm.chunks == ()
     assert recursive.error is None and recursive.chunks
 
 
 def test_the_api_key_is_not_in_the_recorded_params(tmp_path: Path) -> None:
-    chunker = LLMRegexChunker(LLMSettings(base_url="http://x/v1", api_key=SecretStr("sk-secret")))
+    llm = LLMSettings(base_url="http://x/v1", api_key=SecretStr("sk-secret"))
+    chunker = LLMRegexChunker(llm, ChunkingSettings().encoding)
     assert "sk-secret" not in str(chunker.params)

@@ -22,6 +22,7 @@ from connector.metrics.vectors import StaticEncoder, StorageEncoder, VectorCache
 from connector.models import Candidate, Chunk
 from connector.settings import Settings
 from tests.conftest import FIXTURES
+from tests.test_convert import CHUNKING
 
 MUSK = "Elon Musk founded SpaceX. He wants to land on Mars with his rockets."
 
@@ -168,7 +169,7 @@ def test_a_cut_inside_a_table_lowers_bi_by_exactly_one_unit() -> None:
         "| type | bytes |\n|---|---|\n| smallint | 2 |\n| integer | 4 |\n| bigint | 8 |\n\n"
         "Every type is signed.\n"
     )
-    doc = convert(text.encode(), "text/markdown")
+    doc = convert(text.encode(), "text/markdown", CHUNKING)
     table = next(u for u in doc.units if "| bigint | 8 |" in text[u.start : u.end])
     at_table = block_integrity(doc.units, chunks_at(text, [table.start]))
     inside = block_integrity(doc.units, chunks_at(text, [text.index("| integer")]))
@@ -192,7 +193,7 @@ class CountingEncoder:
 
 
 def test_candidates_share_vectors_and_each_text_is_embedded_once(tmp_path) -> None:
-    doc = convert((FIXTURES / "apache-2.0.txt").read_bytes(), "text/plain")
+    doc = convert((FIXTURES / "apache-2.0.txt").read_bytes(), "text/plain", CHUNKING)
     half = doc.markdown.index("\n\n", len(doc.markdown) // 2)
     a = Candidate("a", chunks_at(doc.markdown, [half]))
     b = Candidate("b", chunks_at(doc.markdown, [half, half + 2000]))  # shares its first chunk with a
@@ -214,7 +215,7 @@ def test_a_metric_weighted_zero_is_not_computed(tmp_path) -> None:
     settings = Settings(data_dir=tmp_path, weights={"rc": 0, "icc": 0, "dcc": 0})
     resources = Resources.load(settings)
     assert resources.encoder is None and resources.coref is None
-    doc = convert(MUSK.encode(), "text/plain")
+    doc = convert(MUSK.encode(), "text/plain", CHUNKING)
     scored = DocumentMetrics(doc, settings, resources).score(Candidate("x", chunks_at(MUSK, [15])))
     assert scored.metrics["rc"] is None and scored.metrics["icc"] is None and scored.rc_backend is None
     assert scored.metrics["bi"] is not None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from connector import qa
 
@@ -59,3 +61,25 @@ def test_load_reads_the_corpus_format_and_reports_bad_lines(tmp_path) -> None:
     path.write_text(json.dumps(good) + "\n" + json.dumps({"doc": "x"}) + "\n")
     with pytest.raises(ValueError, match=r"qa.jsonl:2: not a QA record"):
         qa.load(path)
+
+
+TOKENS = st.sampled_from(["fox", "the", "x", "3.14", "a|b", "**bold**", "`code`", "e.g.", "\\|", "---", "né"])
+TEXT = st.lists(st.one_of(TOKENS, st.text("ab |*\n\t", max_size=4)), max_size=12).map(" ".join)
+GLUE = st.text("ab|* \n", max_size=3)  # joins the evidence to its neighbours, often inside a word
+
+
+@given(evidence=TEXT, before=TEXT, after=TEXT, left=GLUE, right=GLUE, spacing=st.sampled_from([" ", "\n", "  \t"]))
+def test_a_hit_is_always_a_lenient_hit(evidence, before, after, left, right, spacing) -> None:
+    chunk = before + left + spacing.join(evidence.split(" ")) + right + after
+    if qa.is_hit(evidence, chunk):
+        assert qa.is_lenient_hit(evidence, chunk)
+        assert qa.covered_share(evidence, chunk) == 1.0
+    judged = qa.judge(record(evidence=evidence), [("a.txt", before), ("a.txt", chunk), ("a.txt", after)])
+    assert judged.rank is None or (judged.lenient_rank is not None and judged.lenient_rank <= judged.rank)
+
+
+def test_evidence_quoted_from_inside_words_is_a_hit_and_a_lenient_hit() -> None:
+    chunk = "...the next section explains it"
+    assert qa.is_hit("xt section expl", chunk) and qa.is_lenient_hit("xt section expl", chunk)
+    summary = qa.summarise([qa.judge(record(evidence="xt section expl"), [("a.txt", chunk)])])["all"]
+    assert summary.lenient_recall >= summary.recall == 1.0

@@ -63,7 +63,8 @@ def _row(conn: psycopg.Connection, doc_id: int) -> tuple:
 def test_transient_failures_back_off_then_fail_after_max_attempts_and_retry_requeues(settings: Settings) -> None:
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         doc = _insert(conn, "flaky")
-        worker = Worker(conn, Pipeline(settings, TimingOutEmbedder(3)), 60, [], max_attempts=3, retry_base_s=0.2)
+        worker = Worker(conn, Pipeline(settings.model_copy(update={"max_attempts": 3, "retry_base_seconds": 0.2}),
+                                TimingOutEmbedder(3)), [])  # fmt: skip
         store = worker.store
         assert worker.process(store.claim_next(60, "w")) == "retry"
         status, retries, error, waiting, _ = _row(conn, doc)
@@ -95,7 +96,10 @@ def test_a_dead_workers_lease_expires_counts_as_a_try_and_a_poison_document_is_g
             time.sleep(1.1)
         row = store.claim_next(60, "w")
         assert row.retries == 3
-        assert Worker(conn, Pipeline(settings, FakeEmbedder()), 60, [], max_attempts=3).process(row) == "failed"
+        assert (
+            Worker(conn, Pipeline(settings.model_copy(update={"max_attempts": 3}), FakeEmbedder()), []).process(row)
+            == "failed"
+        )
         status, _, error, _, _ = _row(conn, doc)
         assert status == "failed" and "gave up after 3 tries" in error
 
@@ -104,7 +108,7 @@ def test_the_heartbeat_keeps_a_long_document_leased(settings: Settings) -> None:
     dsn = settings.dsn.get_secret_value()
     with connect(dsn, autocommit=True) as conn, connect(dsn, autocommit=True) as other:
         doc = _insert(conn, "slow")
-        worker = Worker(conn, Pipeline(settings, SlowEmbedder(2.5)), 1, [])
+        worker = Worker(conn, Pipeline(settings.model_copy(update={"lease_seconds": 1}), SlowEmbedder(2.5)), [])
         row = worker.store.claim_next(1, "slow-worker")
         result: list[str] = []
         thread = threading.Thread(target=lambda: result.append(worker.process(row)))
@@ -121,7 +125,7 @@ def test_the_heartbeat_keeps_a_long_document_leased(settings: Settings) -> None:
 def test_content_updates_requeue_other_updates_do_not_and_delete_removes_chunks(settings: Settings) -> None:
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         doc = _insert(conn, "row")
-        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), 60, [])
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [])
         assert worker.drain(threading.Event()) == 1
         conn.execute("UPDATE connector.documents SET title = 'renamed', metadata = '{\"a\": 1}' WHERE id = %s", (doc,))
         assert _row(conn, doc)[0] == "done"
@@ -141,7 +145,7 @@ def test_a_watched_table_flows_into_the_queue(settings: Settings) -> None:
         watched = tables.watch(conn, "app.articles", "id", "body", "headline", ["lang"])
         assert (watched.table, watched.queued) == ("app.articles", 1)
         assert tables.watch(conn, "app.articles", "id", "body", "headline", ["lang"]).queued == 1  # idempotent
-        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), 60, [])
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [])
 
         def docs() -> dict[str, tuple]:
             rows = conn.execute(
@@ -201,7 +205,7 @@ def test_a_file_deleted_between_its_event_and_its_read_fails_with_a_clear_messag
         store = Store(conn)
         assert store.enqueue_file("gone.txt", path, "text/plain", "some-hash") is not None
         path.unlink()
-        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), 60, [inbox])
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [inbox])
         assert worker.process(store.claim_next(60, "w", [inbox])) == "failed"
         status, _, error, _, _ = conn.execute(
             "SELECT status, retries, last_error, retry_after, attempts FROM connector.documents"
@@ -270,7 +274,12 @@ def test_rescans_count_a_crashed_try_and_keep_a_backoff(settings: Settings, tmp_
         doc = store.enqueue_file("a.txt", inbox / "a.txt", "text/plain", "h1")
         store.claim_next(60, "dies", [inbox])  # the process dies holding it; it restarts and rescans the folder
         store.enqueue_file("a.txt", inbox / "a.txt", "text/plain", "h1")
-        assert _row(conn, doc)[:2] == ("pending", 1), "the crash counted as a try"
+        assert _row(conn, doc)[:2] == ("processing", 0), "a rescan leaves a row in flight to its lease"
+        conn.execute("UPDATE connector.documents SET lease_expires_at = now() - interval '1 s' WHERE id = %s", (doc,))
+        claimed = store.claim_next(60, "w", [inbox])
+        assert claimed.retries == 1, "the crash counted as a try (its lease ran out)"
+        store.release(claimed)
+        assert _row(conn, doc)[:2] == ("pending", 1)
         conn.execute("UPDATE connector.documents SET retry_after = now() + interval '1 hour' WHERE id = %s", (doc,))
         store.enqueue_file("a.txt", inbox / "a.txt", "text/plain", "h1")  # a cron `run --once` rescans
         assert _row(conn, doc)[:4] == ("pending", 1, None, True), "backoff and budget kept"

@@ -39,7 +39,7 @@ def test_readers_see_the_old_chunks_or_the_new_ones_never_a_mix(settings: Settin
 
     expected: list[tuple[str, ...]] = []
     with connect(dsn, autocommit=True) as conn:
-        store, worker = Store(conn), Worker(conn, _pipeline(settings), 60, [folder])
+        store, worker = Store(conn), Worker(conn, _pipeline(settings), [folder])
         reader = threading.Thread(target=read)
         for i in range(6):
             path.write_text(versions[i % 2])
@@ -66,9 +66,9 @@ def test_a_result_from_a_stale_claim_is_dropped(settings: Settings, tmp_path: Pa
         first = Store(a).ingest_file("doc.txt", path, "text/plain", "h1", 60)
         second = Store(b).ingest_file("doc.txt", path, "text/plain", "h2", 60)  # e.g. after the lease ran out
         assert second.attempts == first.attempts + 1
-        assert Worker(a, _pipeline(settings), 60, [folder]).process(first) == "superseded"
+        assert Worker(a, _pipeline(settings), [folder]).process(first) == "superseded"
         assert a.execute("SELECT count(*) FROM connector.chunks").fetchone() == (0,)
-        assert Worker(b, _pipeline(settings), 60, [folder]).process(second) == "done"
+        assert Worker(b, _pipeline(settings), [folder]).process(second) == "done"
         assert a.execute("SELECT status FROM connector.documents").fetchone() == ("done",)
 
 
@@ -82,7 +82,7 @@ def test_folder_rows_are_read_only_under_the_workers_roots(settings: Settings, t
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
-        worker = Worker(conn, _pipeline(settings), 60, [inbox])
+        worker = Worker(conn, _pipeline(settings), [inbox])
         assert worker.drain(threading.Event()) == 1
     status, error, chunks = db.execute(
         "SELECT status, last_error, (SELECT count(*) FROM connector.chunks) FROM connector.documents"
@@ -96,7 +96,7 @@ def test_claimed_row_refuses_a_path_outside_its_roots(tmp_path: Path) -> None:
 
     row = ClaimedRow(1, "folder", "k", None, None, None, "text/plain", "/etc/hostname", None, 1)
     with pytest.raises(DocumentError, match="outside the folders"):
-        row.load([tmp_path])
+        row.load([tmp_path], 10_000_000)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from connector.convert.markdown import blocks, split_large_tables
 from connector.convert.pdf import Para, clean, remove_furniture
 from connector.models import Block
 from tests.conftest import FIXTURES
-from tests.test_convert import assert_tiles
+from tests.test_convert import CHUNKING, assert_tiles
 
 
 def unit_texts(doc) -> list[str]:
@@ -20,7 +20,7 @@ def unit_texts(doc) -> list[str]:
 
 def test_running_headers_and_footers_are_removed_from_a_real_pdf() -> None:
     data = (FIXTURES / "debian-policy-p28-35.pdf").read_bytes()
-    doc = convert(data, "application/pdf")
+    doc = convert(data, "application/pdf", CHUNKING)
     assert_tiles(doc)
     assert len(doc.page_starts) == 8
     assert "Debian Policy Manual, Release 4.6.2.0" not in doc.markdown  # header line of every page
@@ -56,7 +56,7 @@ def test_hyphenation_and_ligatures_are_repaired() -> None:
     pdf = pymupdf.open()
     page = pdf.new_page()
     page.insert_text((72, 72), "The effect is well estab-\nlished in the literature, a non-\nNegotiable point.")
-    doc = convert(pdf.tobytes(), "application/pdf")
+    doc = convert(pdf.tobytes(), "application/pdf", CHUNKING)
     flat = " ".join(doc.markdown.split())
     assert "well established in the literature" in flat
     assert "non- Negotiable" in flat, "a hyphen before a capital is a real hyphen"
@@ -66,7 +66,7 @@ def test_hyphenation_and_ligatures_are_repaired() -> None:
 
 def test_heading_is_bound_to_the_block_after_it() -> None:
     text = "# Title\n\n" + "Body sentence with several words. " * 40 + "\n\n## Next\n\n" + "More words here. " * 40
-    doc = convert(text.encode(), "text/markdown")
+    doc = convert(text.encode(), "text/markdown", CHUNKING)
     assert [b.kind for b in doc.blocks] == ["heading", "paragraph", "heading", "paragraph"]
     assert len(doc.units) == 2 and unit_texts(doc)[0].startswith("# Title\n\nBody")
 
@@ -75,7 +75,7 @@ def test_list_is_kept_with_its_lead_in_and_footnote_with_its_paragraph() -> None
     long = "This paragraph is long enough not to be grouped with its neighbours as a short one. " * 12
     lead_in = "You need the following:\n\n- a keyboard\n- a screen"
     text = f"{long}\n\n{lead_in}\n\n{long}[^1]\n\n[^1]: The footnote.\n\n{long}\n"
-    doc = convert(text.encode(), "text/markdown")
+    doc = convert(text.encode(), "text/markdown", CHUNKING)
     kinds = [b.kind for b in doc.blocks]
     assert kinds == ["paragraph", "paragraph", "list", "paragraph", "footnote", "paragraph"]
     units = unit_texts(doc)
@@ -85,15 +85,15 @@ def test_list_is_kept_with_its_lead_in_and_footnote_with_its_paragraph() -> None
 
 def test_short_paragraphs_are_grouped_but_not_endlessly() -> None:
     text = "\n\n".join(f"Short line number {i}." for i in range(60))
-    doc = convert(text.encode(), "text/plain")
+    doc = convert(text.encode(), "text/plain", CHUNKING)
     assert len(doc.blocks) == 60
-    sizes = [tokens.count(t) for t in unit_texts(doc)]
+    sizes = [tokens.count(t, CHUNKING.encoding) for t in unit_texts(doc)]
     assert 1 < len(doc.units) < 60
     assert all(n < 2 * 100 for n in sizes)
 
 
 def test_rst_underlined_headings_and_levels() -> None:
-    doc = convert((FIXTURES / "debian-manifesto.txt").read_bytes(), mime_for_path("x.txt"))
+    doc = convert((FIXTURES / "debian-manifesto.txt").read_bytes(), mime_for_path("x.txt"), CHUNKING)
     assert_tiles(doc)
     headings = [b for b in doc.blocks if b.kind == "heading"]
     assert headings[0].section_path == ("Appendix The Debian Manifesto",)
@@ -102,7 +102,7 @@ def test_rst_underlined_headings_and_levels() -> None:
 
 
 def test_html_keeps_headings_tables_and_visible_text_only() -> None:
-    doc = convert((FIXTURES / "postgresql-15-datatype-numeric.html").read_bytes(), "text/html")
+    doc = convert((FIXTURES / "postgresql-15-datatype-numeric.html").read_bytes(), "text/html", CHUNKING)
     assert_tiles(doc)
     assert "<" not in doc.markdown.replace("<=", "").replace("< ", "")[:2000]
     tables = [doc.markdown[b.start : b.end] for b in doc.blocks if b.kind == "table"]
@@ -115,18 +115,18 @@ def test_html_keeps_headings_tables_and_visible_text_only() -> None:
 def test_large_table_is_split_by_rows_repeating_header_and_caption() -> None:
     rows = "\n".join(f"| item {i} | a value described in several words {i} | note {i} |" for i in range(150))
     text = f"Intro.\n\nTable 3: Measured values.\n\n| name | value | note |\n|---|---|---|\n{rows}\n\nAfter.\n"
-    out = split_large_tables(text, max_tokens=1000)
+    out = split_large_tables(text, 1000, CHUNKING.encoding)
     parts = [b for b in blocks(out) if b.kind == "table"]
     assert len(parts) >= 3
     for part in parts:
         body = out[part.start : part.end]
         assert body.startswith("| name | value | note |\n|---|---|---|\n")
-        assert tokens.count(body) <= 1000
+        assert tokens.count(body, CHUNKING.encoding) <= 1000
     captions = [out[b.start : b.end].strip() for b in blocks(out) if b.kind == "caption"]
     assert captions == ["Table 3: Measured values."] * len(parts)
     all_rows = [line for p in parts for line in out[p.start : p.end].splitlines()[2:] if line.strip()]
     assert all_rows == rows.splitlines(), "every row kept once, in order"
-    assert split_large_tables("| a |\n|---|\n| 1 |\n") == "| a |\n|---|\n| 1 |\n"
+    assert split_large_tables("| a |\n|---|\n| 1 |\n", 1000, CHUNKING.encoding) == "| a |\n|---|\n| 1 |\n"
 
 
 def test_units_are_what_block_integrity_scores() -> None:
@@ -134,7 +134,7 @@ def test_units_are_what_block_integrity_scores() -> None:
     from connector.models import Chunk
 
     text = "# Title\n\n" + "Words in the body. " * 60
-    doc = convert(text.encode(), "text/markdown")
+    doc = convert(text.encode(), "text/markdown", CHUNKING)
     cut_after_heading = [Chunk(0, 9, "", 1), Chunk(9, len(text), "", 1)]
     # Between heading and body is a block boundary, but not a split point: the unit is broken.
     assert block_integrity(doc.blocks, cut_after_heading) == 1.0
@@ -171,7 +171,7 @@ def test_pdf_headings_by_font_size_footnotes_and_escaping() -> None:
             ]
         ]
     )
-    doc = convert(data, "application/pdf")
+    doc = convert(data, "application/pdf", CHUNKING)
     kinds = {doc.markdown[b.start : b.end].strip(): b.kind for b in doc.blocks}
     assert kinds["# Main Title"] == "heading"
     assert kinds["## 1 Introduction"] == "heading"

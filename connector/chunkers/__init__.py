@@ -48,9 +48,7 @@ def build(settings: ChunkingSettings) -> list[Chunker]:
             )
         elif name.startswith("recursive_") and name.removeprefix("recursive_").isdigit():
             size = int(name.removeprefix("recursive_"))
-            chunkers.append(
-                RecursiveChunker(size, settings.encoding, name, overlap_tokens=settings.recursive_overlap_tokens)
-            )
+            chunkers.append(RecursiveChunker(size, settings.encoding, name, settings.recursive_overlap_tokens))
         else:
             raise FatalError(f"unknown chunking strategy {name!r}; known: {', '.join(STRATEGIES)}")
     return chunkers

@@ -21,9 +21,9 @@ Span = tuple[int, int]
 
 @dataclass(frozen=True)
 class LangChainChunker:
-    chunk_size: int = 4000
+    encoding: str  # only to count the chunks' tokens: the splitter itself measures characters
+    chunk_size: int = 4000  # LangChain's defaults: the baseline is what people run
     overlap: int = 200
-    encoding: str = "o200k_base"
     name: str = "langchain_4000"
 
     @property

@@ -54,7 +54,7 @@ Answer:
 @dataclass(frozen=True)
 class LLMRegexChunker:
     llm: LLMSettings
-    encoding: str = "o200k_base"
+    encoding: str
     name: str = "llm_regex"
 
     @property

@@ -12,7 +12,7 @@ from connector.models import Chunk, Document
 
 @dataclass(frozen=True)
 class PageChunker:
-    encoding: str = "o200k_base"
+    encoding: str
     name: str = "page"
 
     @property

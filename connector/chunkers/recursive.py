@@ -34,10 +34,10 @@ MIN_PIECE_CHARS = 10
 
 @dataclass(frozen=True)
 class RecursiveChunker:
-    max_tokens: int = 1100
-    encoding: str = "o200k_base"
-    name: str = "recursive_1100"
-    overlap_tokens: int = 0  # the paper's runs use 0
+    max_tokens: int
+    encoding: str
+    name: str  # recursive_<max_tokens>
+    overlap_tokens: int  # the paper's runs use 0
 
     @property
     def params(self) -> dict:
@@ -51,9 +51,7 @@ class RecursiveChunker:
         return split_span(text, 0, len(text), self.max_tokens, self.encoding, overlap_tokens=self.overlap_tokens)
 
 
-def split_span(
-    text: str, start: int, end: int, max_tokens: int, encoding: str = "o200k_base", overlap_tokens: int = 0
-) -> list[Chunk]:
+def split_span(text: str, start: int, end: int, max_tokens: int, encoding: str, *, overlap_tokens: int) -> list[Chunk]:
     """Chunks of at most `max_tokens` covering text[start:end]; used by the strategy and by the oversize guard.
 
     With `overlap_tokens`, each chunk after the first starts with whole trailing sentences of the chunk before it

@@ -13,8 +13,8 @@ from connector.models import Chunk, Document
 
 @dataclass(frozen=True)
 class SectionsChunker:
-    max_tokens: int = 1100
-    encoding: str = "o200k_base"
+    max_tokens: int
+    encoding: str
     name: str = "sections"
 
     @property
@@ -33,7 +33,7 @@ class SectionsChunker:
             if chunk is None:
                 continue
             if chunk.token_count > self.max_tokens:
-                chunks.extend(split_span(text, a, b, self.max_tokens, self.encoding))
+                chunks.extend(split_span(text, a, b, self.max_tokens, self.encoding, overlap_tokens=0))
             else:
                 chunks.append(chunk)
         return chunks

@@ -21,10 +21,10 @@ from connector.models import Chunk, Document
 
 @dataclass(frozen=True)
 class SemanticChunker:
-    percentile: float = 90.0
-    window: int = 3
-    encoder: str = "lexical"
-    encoding: str = "o200k_base"
+    percentile: float
+    encoder: str
+    encoding: str
+    window: int = 3  # sentences on either side of a gap (a design constant, not a setting)
     name: str = "semantic"
 
     @property

@@ -39,8 +39,8 @@ def sentence_spans(text: str, start: int = 0, end: int | None = None) -> list[tu
 
 @dataclass(frozen=True)
 class SentenceChunker:
-    sentences: int = 8
-    encoding: str = "o200k_base"
+    sentences: int
+    encoding: str
     name: str = "sentence"
 
     @property

@@ -12,9 +12,9 @@ from connector.models import Chunk, Document
 
 @dataclass(frozen=True)
 class TokenWindowChunker:
-    size: int = 512
-    overlap: int = 50
-    encoding: str = "o200k_base"
+    size: int
+    overlap: int
+    encoding: str
     name: str = "token_window"
 
     @property

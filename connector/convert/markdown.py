@@ -72,7 +72,7 @@ def blocks(text: str, page_starts: tuple[int, ...] = ()) -> tuple[Block, ...]:
     return tuple(out)
 
 
-def split_large_tables(text: str, max_tokens: int = 1000, encoding: str = "o200k_base") -> str:
+def split_large_tables(text: str, max_tokens: int, encoding: str) -> str:
     """Split every pipe table over `max_tokens` tokens by rows into parts that each repeat the header row, its
     delimiter row and the table's caption (the caption paragraph just before it or, as in most papers, just after
     it, if any), so that every part still

@@ -6,6 +6,9 @@ become list items. Across pages: running headers and footers (see `remove_furnit
 removed (pages live in the page map); words hyphenated across a line break are joined; ligatures are unfolded;
 Unicode NFC. The result is parsed as Markdown for its blocks, each tagged with its page. Long documents are
 extracted by two worker processes, a batch of pages at a time.
+
+Only bytes that are a PDF get here (`sniff.is_pdf`): PyMuPDF also opens HTML, text and images, and would render them
+as pages.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from itertools import repeat
 from connector.convert import markdown, pdf_tables
 from connector.errors import ConversionError
 from connector.models import Document
+from connector.settings import ChunkingSettings
 
 EDGE_LINES = 3  # paragraphs at the top and at the bottom of a page where running headers and footers live
 MIN_REPEATS = 3  # the same text at a page edge on this many pages (and REPEAT_SHARE of them) is furniture
@@ -59,7 +63,7 @@ class Para:
     table: bool = False  # text is a Markdown pipe table, rendered as it is
 
 
-def convert(data: bytes, encoding: str = "o200k_base") -> Document:
+def convert(data: bytes, settings: ChunkingSettings) -> Document:
     import pymupdf
 
     try:
@@ -86,7 +90,7 @@ def convert(data: bytes, encoding: str = "o200k_base") -> Document:
         piece = "\n\n".join(paragraphs) + "\n\n" if paragraphs else ""
         if any(p.startswith("| ") for p in paragraphs):
             # Tables never cross a page here, so splitting them page by page keeps the page map exact.
-            piece = markdown.split_large_tables(piece, encoding=encoding)
+            piece = markdown.split_large_tables(piece, settings.table_max_tokens, settings.encoding)
         parts.append(piece)
         offset += len(piece)
     text = "".join(parts)

@@ -29,7 +29,7 @@ def tile(text: str, spans: Sequence[tuple[int, int, str]]) -> list[tuple[int, in
     return out
 
 
-def units(text: str, blocks: Sequence[Block], encoding: str = "o200k_base") -> tuple[Block, ...]:
+def units(text: str, blocks: Sequence[Block], encoding: str) -> tuple[Block, ...]:
     """Protected spans: the blocks, joined wherever the binding rules forbid a split point between two of them."""
     if not blocks:
         return ()

@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from connector import secrets
 from connector.db import queries
 from connector.embedders import Embedder
 from connector.errors import EmbeddingModelMismatch, FatalError, TransientError
@@ -22,13 +23,36 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def redact(dsn: str) -> str:
-    """The DSN without its password, in key=value form, for logs and messages (and a psql command line)."""
+    """The DSN without its password, in key=value form, for logs and messages (and a psql command line); a
+    malformed DSN is shown as given, its password masked."""
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
-        return "<unparsable DSN>"
+        return _masked(dsn)
     params.pop("password", None)
     return make_conninfo(**params)
+
+
+def _masked(dsn: str) -> str:
+    """The DSN as given, its password (in every form it may take) masked."""
+    secrets.add(*secrets.dsn_secrets(dsn))
+    return secrets.scrub(dsn)
+
+
+def check_dsn(dsn: str) -> None:
+    """Refuse, before connecting, a DSN libpq cannot parse or would misread (an unencoded `@` in a URL's password:
+    libpq would take the rest for the host name, and print it)."""
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise FatalError(f"invalid DSN {redact(dsn)}: {secrets.one_line(str(exc))}") from None
+    scheme, sep, rest = dsn.strip().partition("://")
+    if sep and scheme.lower() in ("postgres", "postgresql"):
+        authority = rest.partition("?")[0]
+        if "@" in authority[: authority.rfind("@")]:
+            raise FatalError(
+                f"invalid DSN {_masked(dsn)}: the user name or password contains '@': percent-encode it as %40"
+            )
 
 
 def sqlalchemy_engine(dsn: str):
@@ -44,6 +68,7 @@ def database(settings: Settings) -> Iterator[str]:
     """Yield a DSN: the configured one, or an embedded Postgres with pgvector in `data_dir/pgdata`, stopped on exit
     (unless another process still holds it)."""
     if settings.dsn is not None:
+        check_dsn(settings.dsn.get_secret_value())
         yield settings.dsn.get_secret_value()
         return
     with warnings.catch_warnings():
@@ -63,10 +88,11 @@ def connect(dsn: str, **kwargs) -> psycopg.Connection:
     """A connection with pgvector types registered; connection failures become `TransientError`."""
     from pgvector.psycopg import register_vector
 
+    check_dsn(dsn)
     try:
         conn = psycopg.connect(dsn, **kwargs)
     except psycopg.OperationalError as exc:
-        raise TransientError(f"cannot connect to {redact(dsn)}: {exc}") from exc
+        raise _cannot_connect(dsn, exc) from exc
     try:
         register_vector(conn)
     except psycopg.ProgrammingError:
@@ -87,20 +113,94 @@ def alembic_config(connection=None, embedding_dim: int | None = None):
     return cfg
 
 
-def migrate(dsn: str, embedding_dim: int, revision: str = "head", *, downgrade: bool = False) -> None:
-    """Apply (or revert) migrations over one SQLAlchemy connection, in a transaction."""
-    from alembic import command
+def _cannot_connect(dsn: str, exc: BaseException) -> TransientError:
+    return TransientError(f"cannot connect to {redact(dsn)}: {secrets.one_line(str(exc))}")
 
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def schema_revision(conn: psycopg.Connection) -> str | None:
+    """The Alembic revision the database's schema is at; None before the first migration."""
+    try:
+        with conn.transaction():
+            row = conn.execute(queries.SCHEMA_REVISION).fetchone()
+    except psycopg.errors.UndefinedTable:
+        return None
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise FatalError(
+            f"this role may not read connector.alembic_version ({secrets.one_line(str(exc))}): grant it the runtime "
+            "role's rights (README: Roles)"
+        ) from exc
+    return row[0] if row else None
+
+
+def require_migrated(dsn: str) -> None:
+    """For `--no-migrate`: refuse to start unless the schema is at exactly the revision this code was written for."""
+    with connect(dsn) as conn:
+        current = schema_revision(conn)
+    head = head_revision()
+    if current == head:
+        return
+    if current is not None and current > head:  # revisions are numbered 0001, 0002, ...
+        raise FatalError(
+            f"{redact(dsn)} is at schema revision {current}, newer than this connector's {head}: upgrade the connector"
+        )
+    raise FatalError(
+        f"{redact(dsn)} is at schema revision {current or 'none (never migrated)'}, this connector needs {head}: "
+        "run `connector migrate` as the role that owns the connector schema (README: Roles), then start again"
+    )
+
+
+def migrate(dsn: str, embedding_dim: int, revision: str = "head", *, downgrade: bool = False) -> None:
+    """Apply (or revert) migrations over one SQLAlchemy connection, in a transaction.
+
+    A schema already at head is left alone without taking a lock or running DDL, so that a runtime role that may only
+    read and write the connector's tables can start the sidecar. Database errors leave as `TransientError` (cannot
+    connect, connection lost) or `FatalError` (no privilege, unknown revision, anything else), with a one-line message
+    and never the DSN's password."""
+    import sqlalchemy.exc
+    from alembic import command
+    from alembic.util.exc import CommandError
+
+    if revision == "head" and not downgrade:
+        with connect(dsn) as conn:
+            if schema_revision(conn) == head_revision():
+                return
+    check_dsn(dsn)
     engine = sqlalchemy_engine(dsn)
     try:
-        with engine.begin() as conn:
+        try:
+            conn = engine.connect()
+        except sqlalchemy.exc.DBAPIError as exc:
+            raise _cannot_connect(dsn, exc.orig) from exc
+        with conn, conn.begin():
             cfg = alembic_config(conn, embedding_dim)
             if downgrade:
                 command.downgrade(cfg, revision)
             else:
                 command.upgrade(cfg, revision)
+    except sqlalchemy.exc.DBAPIError as exc:
+        raise _migration_error(dsn, exc.orig) from exc
+    except CommandError as exc:
+        raise FatalError(f"cannot migrate {redact(dsn)}: {secrets.one_line(str(exc))}") from exc
     finally:
         engine.dispose()
+
+
+def _migration_error(dsn: str, exc: BaseException) -> FatalError | TransientError:
+    reason = secrets.one_line(str(exc))
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return FatalError(
+            f"this role may not migrate {redact(dsn)} ({reason}): run `connector migrate` as the role that owns the "
+            "connector schema (README: Roles), then start this one with --no-migrate"
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return TransientError(f"lost the connection to {redact(dsn)} while migrating: {reason}")
+    return FatalError(f"cannot migrate {redact(dsn)}: {reason}")
 
 
 def ensure_embedding_model(conn: psycopg.Connection, embedder: Embedder | type) -> None:

@@ -12,21 +12,60 @@ SELECT_EMBEDDING_MODEL = "SELECT name, dim FROM connector.embedding_model"
 
 INSERT_EMBEDDING_MODEL = "INSERT INTO connector.embedding_model (name, dim) VALUES (%s, %s)"
 
-# A watched file is (re)queued when it is new, when its bytes differ from those its chunks came from (or from those
-# that failed last time), or when it changed while being processed (the running worker's result will not mark it done).
+# The Alembic revision the schema is at (`connector run --no-migrate` refuses any other than the code's head).
+SCHEMA_REVISION = "SELECT version_num FROM connector.alembic_version"
+
+# A watched file is (re)queued when it is new or its bytes differ from the ones the row stands for: the bytes it was
+# queued with while it waits or is being processed, the bytes its chunks came from once done, the bytes that failed.
+# The same bytes again (a second replica, a restarting one, a rescan) change nothing: no NOTIFY, no try counted, the
+# running worker keeps its lease (a worker that died is the claim query's business, through its lease). New bytes
+# while processing: pending with a fresh budget, so the running worker's result does not mark it done.
 ENQUEUE_FILE = """
-INSERT INTO connector.documents AS d (source, source_key, title, mime_type, file_path, status)
-VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'pending')
+INSERT INTO connector.documents AS d
+    (source, source_key, title, mime_type, file_path, status, queued_hash, file_size, file_mtime_ns)
+VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'pending', %(hash)s, %(size)s, %(mtime)s)
 ON CONFLICT (source, source_key) DO UPDATE
     SET status = 'pending', mime_type = EXCLUDED.mime_type, file_path = EXCLUDED.file_path, updated_at = now(),
-        -- taken from a worker (that may have died: a rescan after a crash lands here): a try; already waiting: as
-        -- it was (backoff kept); done or failed with other bytes: a fresh budget
-        retries = CASE d.status WHEN 'processing' THEN d.retries + 1 WHEN 'pending' THEN d.retries ELSE 0 END,
+        queued_hash = EXCLUDED.queued_hash, file_size = EXCLUDED.file_size, file_mtime_ns = EXCLUDED.file_mtime_ns,
+        -- already waiting: its budget and backoff as they were; otherwise new bytes get a fresh budget
+        retries = CASE WHEN d.status = 'pending' THEN d.retries ELSE 0 END,
         retry_after = CASE WHEN d.status = 'pending' THEN d.retry_after END
-    WHERE d.status = 'processing'
-       OR (d.status = 'failed' AND d.failed_hash IS DISTINCT FROM %(hash)s)
-       OR (d.status IN ('pending', 'done') AND d.content_hash IS DISTINCT FROM %(hash)s)
+    WHERE CASE d.status WHEN 'done' THEN d.content_hash WHEN 'failed' THEN d.failed_hash ELSE d.queued_hash END
+          IS DISTINCT FROM %(hash)s
 RETURNING id
+"""
+
+# The file was hashed and nothing needed queueing: remember its signature, so the next rescan does not read it again.
+# Waiting rows are left untouched (an update would NOTIFY again); they are read again at the next rescan.
+REFRESH_FILE_SIGNATURE = """
+UPDATE connector.documents SET file_size = %(size)s, file_mtime_ns = %(mtime)s, queued_hash = %(hash)s
+WHERE source = 'folder' AND source_key = %(key)s AND status <> 'pending'
+  AND (file_size, file_mtime_ns, queued_hash) IS DISTINCT FROM (%(size)s::bigint, %(mtime)s::bigint, %(hash)s::text)
+"""
+
+# A file in the watched folder that will not be processed as it is (unreadable, too large, unsupported type, a name
+# that is not UTF-8): a failed row with the reason, so it is visible (`connector status`) and its chunks, if it had
+# any, stay searchable. A row being processed is left to its worker, which reads the file itself. RETURNING only when
+# something changed, so each reason is logged once, across rescans and replicas.
+RECORD_FILE_FAILURE = """
+INSERT INTO connector.documents AS d
+    (source, source_key, title, mime_type, file_path, status, last_error, file_size, file_mtime_ns)
+VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'failed', %(error)s, %(size)s, %(mtime)s)
+ON CONFLICT (source, source_key) DO UPDATE
+    SET status = 'failed', last_error = EXCLUDED.last_error, failed_hash = NULL, queued_hash = NULL,
+        mime_type = EXCLUDED.mime_type, file_path = EXCLUDED.file_path, file_size = EXCLUDED.file_size,
+        file_mtime_ns = EXCLUDED.file_mtime_ns, retry_after = NULL, updated_at = now()
+    WHERE d.status <> 'processing'
+      AND (d.status <> 'failed' OR d.last_error IS DISTINCT FROM EXCLUDED.last_error OR d.failed_hash IS NOT NULL)
+RETURNING id
+"""
+
+# A rescan's view of the folder rows: a file whose size and mtime match a row that was read with them is not read
+# again. `read` is false for rows whose bytes were never hashed (unreadable, too large, unsupported, older rows).
+FOLDER_SIGNATURES = """
+SELECT source_key, file_path, file_size, file_mtime_ns, (queued_hash IS NOT NULL OR failed_hash IS NOT NULL) AS read
+FROM connector.documents
+WHERE source = 'folder' AND left(file_path, length(%(root)s) + 1) = %(root)s || '/'
 """
 
 _CLAIMED_COLUMNS = "id, source, source_key, title, content, content_bytes, mime_type, file_path, content_hash, attempts"
@@ -35,13 +74,14 @@ _CLAIMED_COLUMNS = "id, source, source_key, title, content, content_bytes, mime_
 # documents are retried (the user asked for it); documents stored with these exact bytes are left alone.
 INGEST_FILE = f"""
 INSERT INTO connector.documents AS d
-    (source, source_key, title, mime_type, file_path, status, attempts, lease_expires_at, claimed_by, heartbeat_at)
+    (source, source_key, title, mime_type, file_path, status, attempts, lease_expires_at, claimed_by, heartbeat_at,
+     queued_hash)
 VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'processing', 1, now() + make_interval(secs => %(lease)s),
-        %(worker)s, now())
+        %(worker)s, now(), %(hash)s)
 ON CONFLICT (source, source_key) DO UPDATE
     SET status = 'processing', attempts = d.attempts + 1, lease_expires_at = EXCLUDED.lease_expires_at,
         mime_type = EXCLUDED.mime_type, file_path = EXCLUDED.file_path, updated_at = now(),
-        claimed_by = %(worker)s, heartbeat_at = now(), retries = 0, retry_after = NULL
+        claimed_by = %(worker)s, heartbeat_at = now(), retries = 0, retry_after = NULL, queued_hash = %(hash)s
     WHERE NOT (d.status = 'done' AND d.content_hash = %(hash)s)
 RETURNING {_CLAIMED_COLUMNS}
 """
@@ -147,12 +187,13 @@ VALUES (%(document_id)s, %(strategy)s, %(params)s, %(chunk_count)s, %(rc)s, %(ic
 """
 
 # If the document was requeued while we worked (its file changed again), it stays pending for another pass.
+# `metadata` is the user's (or the watched table's columns): never written here; the page count has its own column.
 MARK_DONE = """
 UPDATE connector.documents
 SET status = CASE WHEN status = 'pending' THEN 'pending' ELSE 'done' END,
     markdown = %(markdown)s, blocks = %(blocks)s, content_hash = %(hash)s, failed_hash = NULL, strategy = %(strategy)s,
     score = %(score)s, last_error = NULL, lease_expires_at = NULL, processed_at = now(), updated_at = now(),
-    metadata = metadata || %(metadata)s, claimed_by = NULL, retries = 0, retry_after = NULL
+    page_count = %(page_count)s, claimed_by = NULL, retries = 0, retry_after = NULL
 WHERE id = %(id)s AND attempts = %(token)s
 """
 
@@ -314,14 +355,17 @@ UNREGISTER_WATCH = "DELETE FROM connector.watched_tables WHERE table_name = %s"
 BACKFILL_TABLE = sql.SQL(
     """
 INSERT INTO connector.documents AS d (source, source_key, title, content, mime_type, metadata)
-SELECT 'table', %(prefix)s || ':' || (r ->> %(id)s), CASE WHEN %(title)s <> '' THEN r ->> %(title)s END,
+SELECT 'table', connector.watch_key(%(prefix)s, r ->> %(id)s), CASE WHEN %(title)s <> '' THEN r ->> %(title)s END,
        r ->> %(text)s, 'text/plain',
        coalesce((SELECT jsonb_object_agg(k, r -> k) FROM unnest(%(meta)s::text[]) AS k), '{{}}'::jsonb)
 FROM (SELECT to_jsonb(t) AS r FROM {table} AS t) AS rows
+WHERE r ->> %(id)s IS NOT NULL  -- not queued, like the trigger does (`watch` counts them)
 ON CONFLICT (source, source_key) DO UPDATE
     SET content = EXCLUDED.content, title = EXCLUDED.title, metadata = d.metadata || EXCLUDED.metadata
 """
 )
+
+COUNT_NULL_IDS = sql.SQL("SELECT count(*) FROM {table} AS t WHERE to_jsonb(t) ->> %(id)s IS NULL")
 
 PURGE_TABLE_DOCUMENTS = """
 DELETE FROM connector.documents

@@ -13,6 +13,7 @@ from psycopg.types.json import Jsonb
 from connector.db import queries
 from connector.errors import DocumentError
 from connector.models import Block, Outcome, SourceDocument
+from connector.sources.files import NotRegularFile, TooLarge, read_regular
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +32,7 @@ class ClaimedRow:
     attempts: int  # the claim token: our writes land only while the row still carries it
     retries: int = 0  # tries that failed or were abandoned since the content last changed (this one not counted)
 
-    def load(self, roots: Sequence[Path], max_bytes: int | None = None) -> SourceDocument:
+    def load(self, roots: Sequence[Path], max_bytes: int) -> SourceDocument:
         """Read the document's bytes: the file for folder rows, the row's own columns for SQL rows.
 
         A folder row's file is read only when it lies under one of `roots` (the folders this process was told to
@@ -39,17 +40,22 @@ class ClaimedRow:
         if self.source == "folder":
             if not self.file_path:
                 raise DocumentError("folder document has no file path")
-            real = Path(self.file_path).resolve()
+            try:
+                real = Path(self.file_path).resolve()
+            except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+                raise DocumentError(f"cannot resolve {self.file_path}: {exc}") from None
             if not any(real.is_relative_to(root.resolve()) for root in roots):
                 raise DocumentError(f"{self.file_path} is outside the folders this connector reads")
             try:
-                if max_bytes is not None and (size := real.stat().st_size) > max_bytes:
-                    raise DocumentError(f"file too large: {size / 1e6:.1f} MB (limit {max_bytes / 1e6:.0f} MB)")
-                data = real.read_bytes()
+                # Regular files only, opened without blocking and size-checked first: a FIFO renamed over a queued
+                # file (or a row pointing at one) would otherwise hang this worker before its heartbeat starts.
+                data = read_regular(real, max_bytes)
             except FileNotFoundError:
                 raise DocumentError(f"file no longer exists: {self.file_path}") from None
+            except (NotRegularFile, TooLarge) as exc:
+                raise DocumentError(str(exc)) from None
             except OSError as exc:
-                raise DocumentError(f"cannot read {self.file_path}: {exc.strerror}") from exc
+                raise DocumentError(f"cannot read {self.file_path}: {exc.strerror or exc}") from exc
             mime = self.mime_type or "text/plain"
         elif self.content_bytes is not None:
             data = bytes(self.content_bytes)
@@ -59,7 +65,7 @@ class ClaimedRow:
             mime = self.mime_type or "text/plain"
         else:
             raise DocumentError("row has neither content nor content_bytes")
-        if max_bytes is not None and len(data) > max_bytes:
+        if len(data) > max_bytes:
             raise DocumentError(f"document too large: {len(data) / 1e6:.1f} MB (limit {max_bytes / 1e6:.0f} MB)")
         return SourceDocument(
             id=self.id,
@@ -88,14 +94,37 @@ class Store:
     def __init__(self, conn: psycopg.Connection):
         self.conn = conn
 
-    def enqueue_file(self, key: str, path: Path, mime: str, content_hash: str) -> int | None:
-        """Queue a file; None when it is already stored with these exact bytes."""
+    def enqueue_file(
+        self, key: str, path: Path, mime: str, content_hash: str, signature: tuple[int, int] | None = None
+    ) -> int | None:
+        """Queue a file; None when its row already stands for these exact bytes (stored, failed, waiting or being
+        processed). `signature` (size, mtime_ns) is what the file looked like when it was hashed."""
+        size, mtime = signature or (None, None)
+        params = {"key": key, "title": path.name, "mime": mime, "path": str(path), "hash": content_hash,
+                  "size": size, "mtime": mtime}  # fmt: skip
         with self.conn.transaction():
-            row = self.conn.execute(
-                queries.ENQUEUE_FILE,
-                {"key": key, "title": path.name, "mime": mime, "path": str(path), "hash": content_hash},
-            ).fetchone()
+            row = self.conn.execute(queries.ENQUEUE_FILE, params).fetchone()
+            if row is None and signature is not None:
+                self.conn.execute(queries.REFRESH_FILE_SIGNATURE, params)
         return row[0] if row else None
+
+    def record_file_failure(
+        self, key: str, path: str, mime: str | None, error: str, signature: tuple[int, int] | None
+    ) -> int | None:
+        """A folder file that will not be processed as it is, as a failed row with the reason; the document id when
+        the row changed (new, or another reason), None when it already said so."""
+        size, mtime = signature or (None, None)
+        params = {"key": key, "title": path.rsplit("/", 1)[-1], "mime": mime, "path": path, "error": error[:4000],
+                  "size": size, "mtime": mtime}  # fmt: skip
+        with self.conn.transaction():
+            row = self.conn.execute(queries.RECORD_FILE_FAILURE, params).fetchone()
+        return row[0] if row else None
+
+    def folder_signatures(self, root: Path) -> dict[str, tuple[str, tuple[int, int] | None, bool]]:
+        """source_key → (file_path, (size, mtime_ns) when last hashed, whether its bytes were read) under `root`."""
+        with self.conn.transaction():
+            rows = self.conn.execute(queries.FOLDER_SIGNATURES, {"root": str(root)}).fetchall()
+        return {key: (path, (size, mtime) if size is not None else None, read) for key, path, size, mtime, read in rows}
 
     def claim_next(self, lease_seconds: int, worker: str = "", roots: Sequence[Path] = ()) -> ClaimedRow | None:
         """The oldest claimable row; folder rows only for a worker that reads files (has `roots`): a worker serving
@@ -225,7 +254,7 @@ class Store:
                     "hash": source.content_hash,
                     "strategy": strategy,
                     "score": outcome.winner.score,
-                    "metadata": Jsonb({"pages": len(outcome.document.page_starts) or None}),
+                    "page_count": len(outcome.document.page_starts) or None,
                 },
             )
         return True

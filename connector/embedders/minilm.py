@@ -36,8 +36,16 @@ class MiniLMEmbedder:
         # Room for the [CLS] and [SEP] tokens the model adds around every window.
         self._window = self._model.max_seq_length - 2
         self._batch_size = batch_size
+        # NOTE: one embedding at a time per model. The Hugging Face fast tokenizer is not thread-safe (encoding
+        # toggles truncation and padding on the shared Rust object: concurrent calls fail with "Already borrowed"),
+        # and torch already spreads one batch over every core, so worker threads gain nothing by overlapping here.
+        self._lock = threading.Lock()
 
     def embed(self, texts: list[str]) -> Embeddings:
+        with self._lock:
+            return self._embed(texts)
+
+    def _embed(self, texts: list[str]) -> Embeddings:
         windows: list[str] = []
         weights: list[int] = []
         owners: list[int] = []

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Protocol
 
@@ -36,18 +37,29 @@ class MetricEncoder(Protocol):
 
 
 class StaticEncoder:
+    """One model per thread: model2vec's Rust tokenizer is not thread-safe (`encode` toggles truncation on the
+    shared tokenizer, and a second thread doing so at the same time gets `RuntimeError: Already borrowed`). A copy
+    costs ~15 MB and a fraction of a second, once per worker thread."""
+
     name = f"static:all-MiniLM-L6-v2/model2vec-{STATIC_DIMS}"
 
     def __init__(self, models_dir: Path):
-        from model2vec import StaticModel
+        self._path = static_model_path(models_dir)
+        self._local = threading.local()
+        self.dim = self._model().dim  # loads the calling thread's copy now: a broken model fails at start
 
-        path = static_model_path(models_dir)
-        self._model = StaticModel.from_pretrained(str(path), normalize=True)
+    def _model(self):
+        model = getattr(self._local, "model", None)
+        if model is None:
+            from model2vec import StaticModel
+
+            model = self._local.model = StaticModel.from_pretrained(str(self._path), normalize=True)
+        return model
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
-            return np.zeros((0, self._model.dim), dtype=np.float32)
-        return self._model.encode(texts, max_length=None, show_progress_bar=False).astype(np.float32)
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._model().encode(texts, max_length=None, show_progress_bar=False).astype(np.float32)
 
 
 class StorageEncoder:

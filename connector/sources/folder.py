@@ -6,17 +6,24 @@ once, whole. A `name.pdf.part` renamed to `name.pdf` arrives as a move event and
 
 Deletes and renames are mirrored: a deleted file (or folder) takes its documents and chunks with it, unless
 `keep_deleted`; a renamed file (or folder) keeps its documents, chunks and embeddings under the new key, nothing is
-re-embedded. At start, documents of files that vanished while the sidecar was down are removed the same way.
+re-embedded.
+
+Events can be lost (the kernel's inotify queue overflows on a burst; nobody watches while the sidecar is down), so
+the folder is also rescanned: at start, after every reconnection to the database, when watchdog reports an overflow,
+and every `rescan_seconds`. A rescan reads only files whose size or modification time differ from what their row
+was hashed with, and removes the documents of files that are gone.
+
+No file is silently dropped: one that cannot be processed as it is (unreadable, too large, not a regular file, an
+unsupported type, a name that is not UTF-8) becomes a `failed` row with the reason, logged once.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,14 +39,22 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from connector.convert import mime_for_path
+from connector.convert import SUPPORTED, mime_for_path
 from connector.db.database import connect
 from connector.db.store import Store
 from connector.errors import TransientError
+from connector.logs import printable
+from connector.settings import Settings
+from connector.sources.files import NotRegularFile, TooLarge, open_regular, sha256_regular
 
 log = logging.getLogger(__name__)
 
 TEMPORARY_SUFFIXES = (".part", ".partial", ".tmp", ".crdownload", ".download", ".swp", "~")
+
+STALL_SECONDS = 300.0
+"""`check()` reports the watcher stalled when its settle loop has not come round for this long."""
+
+_TICK = 0.2  # seconds between passes of the settle loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,48 +66,181 @@ class FileRef:
     mime: str
 
 
-def file_ref(root: Path, path: Path) -> FileRef | None:
-    """The queueable file at `path`, or None for hidden, temporary, unsupported or escaping paths."""
-    # abspath, not resolve: a symlinked root or file must keep its name here; escaping links are checked below.
-    root = Path(os.path.abspath(root))
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A file in the watched root that is not processed: `recorded` ones become a failed row (the user dropped a
+    file and must see why nothing came of it); the others (a link out of the folder) only get a warning."""
+
+    path: Path
+    key: str
+    reason: str
+    recorded: bool
+
+
+def folder_key(root: Path, path: Path) -> str | None:
+    """The source_key of `path` under `root` (absolute), or None when it is outside or hidden. Bytes of a name that
+    are not UTF-8 are written as `\\xNN` (the same escaping everywhere, so a delete finds what was recorded)."""
     try:
         rel = Path(os.path.abspath(path)).relative_to(root)
     except ValueError:
         return None
-    if any(part.startswith(".") for part in rel.parts) or rel.name.endswith(TEMPORARY_SUFFIXES):
+    if not rel.parts or any(part.startswith(".") for part in rel.parts):
         return None
-    mime = mime_for_path(rel)
-    if mime is None:
+    return _text(rel.as_posix())
+
+
+def _text(name: str) -> str:
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def inspect(root: Path, path: Path) -> FileRef | Refused | None:
+    """What `path` is to the watcher: a file to queue, a refused one, or None (hidden, temporary, a folder, gone).
+    Never raises for an odd path (symlink loops, undecodable names, vanished files)."""
+    root = Path(os.path.abspath(root))  # abspath, not resolve: a symlinked root or file keeps its name here
+    key = folder_key(root, path)
+    if key is None or key.endswith(TEMPORARY_SUFFIXES):
         return None
-    full = root / rel
-    real = full.resolve()
-    if not real.is_relative_to(root.resolve()):
-        log.warning("refusing %s: symlink points outside the watched folder", rel)
+    full = root / Path(os.path.abspath(path)).relative_to(root)
+    try:
+        if not os.path.lexists(full) or (os.path.isdir(full) and not os.path.islink(full)):
+            return None
+        real = Path(os.path.realpath(full))  # never raises on a loop, unlike Path.resolve() in Python 3.11
+        if not real.is_relative_to(os.path.realpath(root)):
+            return Refused(full, key, "symlink points outside the watched folder", recorded=False)
+        mime = mime_for_path(full.name)
+        if mime is None:
+            return Refused(full, key, f"unsupported file type {full.suffix or '(none)'} (supported: {SUPPORTED})", True)
+        if key != str(full.relative_to(root).as_posix()):
+            return Refused(full, key, "file name is not valid UTF-8: rename it to be processed", True)
+        os.stat(full)  # a symlink loop or a dangling link fails here
+    except OSError as exc:
+        return Refused(full, key, f"cannot read: {exc.strerror or exc}", True)
+    if real.is_dir():
         return None
-    if not real.is_file():
-        return None
-    return FileRef(path=full, key=rel.as_posix(), mime=mime)
+    return FileRef(path=full, key=key, mime=mime)
+
+
+def file_ref(root: Path, path: Path) -> FileRef | None:
+    """The queueable file at `path`, or None for hidden, temporary, unsupported or escaping paths."""
+    found = inspect(root, path)
+    if isinstance(found, Refused) and not found.recorded:
+        log.warning("refusing %s: %s", found.key, found.reason)
+    return found if isinstance(found, FileRef) else None
+
+
+def walk_paths(root: Path) -> Iterator[Path]:
+    """Every non-hidden file path under `root`, sorted; folders that cannot be listed are skipped with a warning."""
+
+    def unlistable(exc: OSError) -> None:
+        log.warning("cannot list %s: %s", _text(str(exc.filename)), exc.strerror)
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.startswith("."):
+                yield Path(dirpath) / name
 
 
 def walk(root: Path) -> Iterator[FileRef]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            ref = file_ref(root, Path(dirpath) / name)
-            if ref is not None:
-                yield ref
+    for path in walk_paths(root):
+        ref = file_ref(root, path)
+        if ref is not None:
+            yield ref
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def _signature(st: os.stat_result) -> tuple[int, int]:
+    return st.st_size, st.st_mtime_ns
+
+
+def queue_file(store: Store, ref: FileRef, max_bytes: int) -> int | None:
+    """Queue a file when it is new or its bytes changed; the document id, or None when nothing was queued. A file
+    that cannot be read (or is over `max_bytes`, checked before any byte is read) becomes a failed row."""
+    try:
+        signature = _signature(os.stat(ref.path))
+        digest = sha256_regular(ref.path, max_bytes)
+    except FileNotFoundError:
+        return None  # gone since its event; the delete event follows
+    except (TooLarge, NotRegularFile) as exc:
+        record_refusal(store, Refused(ref.path, ref.key, str(exc), True), ref.mime)
+        return None
+    except OSError as exc:
+        record_refusal(store, Refused(ref.path, ref.key, f"cannot read: {exc.strerror or exc}", True), ref.mime)
+        return None
+    doc_id = store.enqueue_file(ref.key, ref.path, ref.mime, digest, signature)
+    if doc_id is not None:
+        log.info("queued %s (document %d)", ref.key, doc_id)
+    return doc_id
+
+
+def record_refusal(store: Store, refused: Refused, mime: str | None = None) -> None:
+    if not refused.recorded:
+        log.warning("refusing %s: %s", refused.key, refused.reason)
+        return
+    try:
+        signature = _signature(os.lstat(refused.path))
+    except OSError:
+        signature = None
+    path = _text(str(refused.path))
+    if (doc_id := store.record_file_failure(refused.key, path, mime, refused.reason, signature)) is not None:
+        log.warning("not processing %s (document %d, failed): %s", refused.key, doc_id, refused.reason)
+
+
+def handle(store: Store, root: Path, path: Path, max_bytes: int) -> int | None:
+    """Queue or refuse one path; the document id when a file was queued."""
+    found = inspect(root, path)
+    if isinstance(found, FileRef):
+        return queue_file(store, found, max_bytes)
+    if isinstance(found, Refused):
+        record_refusal(store, found)
+    return None
+
+
+def rescan(store: Store, root: Path, keep_deleted: bool, changed: Callable[[Path], None]) -> list[str]:
+    """Walk the folder and call `changed` for every file that may need queueing: not in the database, or with a size
+    or modification time other than the one its row was read with, or no longer readable. Returns the keys of
+    documents whose files are gone (to be deleted unless `keep_deleted`)."""
+    known = store.folder_signatures(root)
+    seen: set[str] = set()
+    for path in walk_paths(root):
+        key = folder_key(root, path)
+        if key is None:
+            continue
+        seen.add(key)
+        stored = known.get(key)
+        if stored is None or not stored[2] or stored[1] is None or not _unchanged(path, stored[1]):
+            changed(path)
+    if keep_deleted:
+        return []
+    return [key for key, (file_path, _, _) in known.items() if key not in seen and not os.path.lexists(file_path)]
+
+
+def _unchanged(path: Path, signature: tuple[int, int]) -> bool:
+    """Same size and mtime as when hashed, and still a readable regular file (opened, not read)."""
+    try:
+        with open_regular(path, None) as (_f, st):
+            return _signature(st) == signature
+    except OSError:
+        return False
+
+
+def scan(settings: Settings, dsn: str) -> int:
+    """One pass instead of a watch (`connector run --once`): drop the documents of vanished files, queue every new
+    or changed file. Returns how many files were queued."""
+    root = settings.watch_dir.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    queued = 0
+    with connect(dsn, autocommit=True) as conn:
+        store = Store(conn)
+        changed: list[Path] = []
+        for key in rescan(store, root, settings.keep_deleted, changed.append):
+            store.delete_folder_documents(key)
+        for path in changed:
+            queued += handle(store, root, path, settings.max_document_bytes) is not None
+    return queued
 
 
 # Events that mean "the content may have changed". Opening and closing without writing are left out: our own reads
-# (hashing, converting) would otherwise re-trigger the file forever.
+# (hashing, converting) would otherwise re-trigger the file forever. A chmod arrives as a modified event.
 _CONTENT_EVENTS = {EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED, EVENT_TYPE_CLOSED}
 
 
@@ -101,63 +249,117 @@ class _Events(FileSystemEventHandler):
         self.watcher = watcher
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        try:
+            self._dispatch(event)
+        except Exception:  # one odd path must not kill the observer thread; a rescan finds what this missed
+            log.exception("folder event on %s failed; rescanning", printable(os.fsdecode(event.src_path)))
+            self.watcher.request_rescan("a folder event failed")
+
+    def _dispatch(self, event: FileSystemEvent) -> None:
         src = Path(os.fsdecode(event.src_path))
         if event.event_type == EVENT_TYPE_DELETED:
             self.watcher.deleted(src)
-            return
-        if event.event_type == EVENT_TYPE_MOVED:
+        elif event.event_type == EVENT_TYPE_MOVED:
             self.watcher.moved(src, Path(os.fsdecode(event.dest_path)), event.is_directory)
-            return
-        if event.is_directory or event.event_type not in _CONTENT_EVENTS:
-            return
-        self.watcher.touch(src)
+        elif not event.is_directory and event.event_type in _CONTENT_EVENTS:
+            self.watcher.touch(src)
+
+
+class _OverflowHook(logging.Handler):
+    """watchdog reports an inotify queue overflow only as a log record of its own (it rebuilds its watches, but the
+    events are gone): that record makes the watcher rescan. The periodic rescan covers a watchdog that words it
+    otherwise."""
+
+    LOGGER = "watchdog.observers.inotify_c"
+
+    def __init__(self, watcher: FolderWatcher):
+        super().__init__(logging.WARNING)
+        self.watcher = watcher
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Inotify queue overflowed"):
+            self.watcher.request_rescan("the inotify queue overflowed")
 
 
 class FolderWatcher:
-    """Initial scan plus live events; queues settled files through its own database connection."""
+    """Live events plus rescans; queues settled files through its own database connection.
 
-    def __init__(self, root: Path, dsn: str, settle_seconds: float = 1.0, keep_deleted: bool = False):
-        self.root = root.resolve()
+    Nothing one file does stops it: errors are caught per event and per file, a dead observer is restarted (with a
+    rescan for what it missed), and the settle loop reconnects and rescans after any failure. `check()` says when it
+    is not working."""
+
+    def __init__(self, settings: Settings, dsn: str):
+        self.root = settings.watch_dir.resolve()
         self.dsn = dsn
-        self.settle_seconds = settle_seconds
-        self.keep_deleted = keep_deleted
+        self.settle_seconds = settings.settle_seconds
+        self.keep_deleted = settings.keep_deleted
+        self.max_bytes = settings.max_document_bytes
+        self.rescan_seconds = settings.rescan_seconds
         self._ops: list[tuple[str, ...]] = []  # deletes and renames, applied by the settle thread in order
         self._pending: dict[Path, tuple[float, tuple[int, int] | None]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._observer = Observer()
-        self._thread = threading.Thread(target=self._settle_loop, name="folder-settle", daemon=True)
+        self._rescan_reason: str | None = "start"
+        self._next_rescan = 0.0
+        self._beat = time.monotonic()
+        self._problem: str | None = None  # why it is not working right now (cleared once it works again)
+        self._died: str | None = None
+        self._hook = _OverflowHook(self)
+        self._observer = self._new_observer()
+        self._thread = self._new_thread()
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        self._observer.schedule(_Events(self), str(self.root), recursive=True)
-        self._observer.start()
-        for ref in walk(self.root):  # after the observer starts, so nothing written meanwhile is missed
-            self.touch(ref.path)
+        logging.getLogger(_OverflowHook.LOGGER).addHandler(self._hook)
+        self._observer.start()  # before the first rescan (in the settle thread), so nothing written meanwhile is missed
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._observer.stop()
-        self._observer.join(timeout=5)
+        with self._lock:
+            self._stop.set()
+            observer = self._observer
+        logging.getLogger(_OverflowHook.LOGGER).removeHandler(self._hook)
+        observer.stop()
+        if observer.is_alive():
+            observer.join(timeout=5)
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+
+    def check(self) -> str | None:
+        """None while the watcher works; otherwise one line saying why not. A settle thread that died is started
+        again (the reason is still reported once)."""
+        if self._stop.is_set():
+            return None
+        if not self._thread.is_alive():
+            reason = f"folder watcher thread died: {self._died or 'unknown reason'}; restarted"
+            self._thread = self._new_thread()
+            self._thread.start()
+            return reason
+        if self._problem:
+            return self._problem
+        if (stalled := time.monotonic() - self._beat) > STALL_SECONDS:
+            return f"folder watcher stalled: no progress for {stalled:.0f} s"
+        return None
+
+    def request_rescan(self, reason: str) -> None:
+        with self._lock:
+            self._rescan_reason = self._rescan_reason or reason
 
     def touch(self, path: Path) -> None:
         with self._lock:
             self._pending[path] = (time.monotonic(), None)
 
     def deleted(self, path: Path) -> None:
-        key = self._key(path)
+        key = folder_key(self.root, path)
         with self._lock:
             self._pending.pop(path, None)
             if key is not None and not self.keep_deleted:
                 self._ops.append(("delete", key))
 
     def moved(self, src: Path, dest: Path, is_directory: bool) -> None:
-        old, new = self._key(src), self._key(dest)
+        old, new = folder_key(self.root, src), folder_key(self.root, dest)
         # A rename to a name we would not queue (hidden, temporary, unsupported, elsewhere) is a delete.
-        queueable = new is not None and (is_directory or file_ref(self.root, dest) is not None)
+        queueable = new is not None and (is_directory or isinstance(inspect(self.root, dest), FileRef))
         with self._lock:
             self._pending.pop(src, None)
             if old is not None and queueable:
@@ -167,12 +369,101 @@ class FolderWatcher:
         if not is_directory:
             self.touch(dest)  # queued if new or changed; a plain rename finds its bytes already stored
 
-    def _key(self, path: Path) -> str | None:
+    def _new_observer(self) -> Observer:
+        observer = Observer()
+        observer.schedule(_Events(self), str(self.root), recursive=True)
+        return observer
+
+    def _new_thread(self) -> threading.Thread:
+        return threading.Thread(target=self._settle_main, name="folder-settle", daemon=True)
+
+    def _settle_main(self) -> None:
         try:
-            rel = Path(os.path.abspath(path)).relative_to(self.root)
-        except ValueError:
-            return None
-        return rel.as_posix() if rel.parts and not any(p.startswith(".") for p in rel.parts) else None
+            self._settle_loop()
+        except BaseException as exc:
+            self._died = f"{type(exc).__name__}: {exc}"
+            raise
+
+    def _settle_loop(self) -> None:
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                with connect(self.dsn, autocommit=True) as conn:
+                    store = Store(conn)
+                    backoff = 1.0
+                    self._problem = None
+                    while True:
+                        self._pass(store)
+                        if self._stop.wait(_TICK):
+                            return
+            except (psycopg.OperationalError, TransientError) as exc:
+                self._problem = None  # the database being down is /health's "database" line, not ours
+                log.warning("watcher lost the database (%s); retrying in %.0f s", exc, backoff)
+            except Exception as exc:  # a bug: say so, start over (reconnect and rescan) instead of dying
+                log.exception("folder watcher failed; restarting it")
+                self._problem = f"folder watcher failed: {type(exc).__name__}: {printable(str(exc))}; restarting"
+            self.request_rescan("reconnected")  # whatever happened meanwhile, a rescan catches up with it
+            self._wait(backoff)
+            backoff = min(backoff * 2, 30.0)
+
+    def _wait(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            self._beat = time.monotonic()
+            self._stop.wait(min(_TICK, seconds))
+
+    def _pass(self, store: Store) -> None:
+        self._beat = time.monotonic()
+        self._supervise()
+        with self._lock:
+            reason, self._rescan_reason = self._rescan_reason, None
+        if reason is None and self._beat >= self._next_rescan:
+            reason = "periodic"
+        if reason is not None:
+            self._rescan(store, reason)
+        self._apply_ops(store)
+        for path, signature in self._settled():
+            try:
+                handle(store, self.root, path, self.max_bytes)
+            except psycopg.OperationalError:
+                raise  # still pending: queued once the connection is back
+            except Exception:  # one odd file must not stop the watcher
+                log.exception("could not queue %s", printable(str(path)))
+            self._forget(path, signature)
+
+    def _supervise(self) -> None:
+        """Restart watchdog's observer if it or its emitter died (its folder was removed, a read failed)."""
+        observer = self._observer
+        if observer.is_alive() and observer.emitters and all(e.is_alive() for e in observer.emitters):
+            return
+        self._problem = "folder watcher's observer stopped; restarting it"
+        log.warning("%s (%s)", self._problem, self.root)
+        observer.stop()
+        if observer.is_alive():
+            observer.join(timeout=5)
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._lock:  # stop() takes the lock to set the flag: no observer is started after it
+            if self._stop.is_set():
+                return
+            self._observer = self._new_observer()
+            self._observer.start()
+        self._problem = None
+        self.request_rescan("observer restarted")
+
+    def _rescan(self, store: Store, reason: str) -> None:
+        started = time.monotonic()
+        vanished = rescan(store, self.root, self.keep_deleted, self._rescan_touch)
+        with self._lock:
+            self._ops.extend(("delete", key) for key in vanished)
+        self._next_rescan = time.monotonic() + self.rescan_seconds
+        level = logging.DEBUG if reason == "periodic" else logging.INFO
+        log.log(level, "rescanned %s (%s) in %.1f s", self.root, reason, time.monotonic() - started)
+
+    def _rescan_touch(self, path: Path) -> None:
+        self._beat = time.monotonic()
+        with self._lock:
+            if path not in self._pending:  # a live event's settle clock is not reset
+                self._pending[path] = (time.monotonic(), None)
 
     def _apply_ops(self, store: Store) -> None:
         with self._lock:
@@ -191,94 +482,29 @@ class FolderWatcher:
                 with self._lock:
                     self._ops[:0] = ops[i:]  # keep them for when the connection is back
                 raise
+            except Exception:  # one odd operation must not stop the others (the next rescan repairs it)
+                log.exception("could not apply %s", printable(repr(op)))
 
-    def _reconcile(self, store: Store) -> None:
-        """Documents whose files vanished while nobody watched."""
-        if self.keep_deleted:
-            return
-        for key in vanished(store, self.root):
-            with self._lock:
-                self._ops.append(("delete", key))
-
-    def _settle_loop(self) -> None:
-        backoff = 1.0
-        while not self._stop.is_set():
-            try:
-                with connect(self.dsn, autocommit=True) as conn:
-                    store = Store(conn)
-                    backoff = 1.0
-                    self._reconcile(store)
-                    while not self._stop.wait(0.2):
-                        self._apply_ops(store)
-                        for path in self._settled():
-                            try:
-                                self._queue(store, path)
-                            except psycopg.OperationalError:
-                                raise
-                            except Exception:  # one odd file must not stop the watcher
-                                log.exception("could not queue %s", path)
-            except (psycopg.OperationalError, TransientError) as exc:
-                log.warning("watcher lost the database (%s); retrying in %.0f s", exc, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
-
-    def _settled(self) -> list[Path]:
+    def _settled(self) -> list[tuple[Path, tuple[int, int]]]:
+        """Paths whose size and mtime have been stable for `settle_seconds`. They stay pending until `_forget`, so a
+        batch cut short by a lost connection is picked up again when it is back."""
         now = time.monotonic()
         ready = []
         with self._lock:
             for path, (since, seen) in list(self._pending.items()):
                 try:
-                    st = path.stat()
+                    st = path.lstat() if path.is_symlink() else path.stat()
                 except OSError:
-                    del self._pending[path]  # gone (or renamed: the move event carries the new name)
-                    continue
-                signature = (st.st_size, st.st_mtime_ns)
+                    st = None
+                signature = _signature(st) if st is not None else (-1, -1)  # gone, or a loop: handle() decides
                 if signature != seen:
                     self._pending[path] = (now, signature)
                 elif now - since >= self.settle_seconds:
-                    del self._pending[path]
-                    ready.append(path)
+                    ready.append((path, signature))
         return ready
 
-    def _queue(self, store: Store, path: Path) -> None:
-        ref = file_ref(self.root, path)
-        if ref is None:
-            return
-        try:
-            queue_file(store, ref)
-        except psycopg.OperationalError:
-            self.touch(path)  # keep it: queued once the connection is back
-            raise
-
-
-def queue_file(store: Store, ref: FileRef) -> int | None:
-    """Queue a file when it is new or its bytes changed; the document id, or None when nothing was queued."""
-    try:
-        digest = sha256_file(ref.path)
-    except OSError as exc:
-        log.warning("cannot read %s: %s", ref.key, exc)
-        return None
-    doc_id = store.enqueue_file(ref.key, ref.path, ref.mime, digest)
-    if doc_id is not None:
-        log.info("queued %s (document %d)", ref.key, doc_id)
-    return doc_id
-
-
-def vanished(store: Store, root: Path) -> list[str]:
-    """Keys of the documents of files under `root` that no longer exist."""
-    return [key for key, file_path in store.folder_files_under(root) if not Path(file_path).exists()]
-
-
-def scan(root: Path, dsn: str, keep_deleted: bool = False) -> int:
-    """One pass instead of a watch (`connector run --once`): drop the documents of vanished files, queue every new
-    or changed file. Returns how many files were queued."""
-    root = root.resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    queued = 0
-    with connect(dsn, autocommit=True) as conn:
-        store = Store(conn)
-        for key in [] if keep_deleted else vanished(store, root):
-            store.delete_folder_documents(key)
-        for ref in walk(root):
-            queued += queue_file(store, ref) is not None
-    return queued
+    def _forget(self, path: Path, signature: tuple[int, int]) -> None:
+        """Done with `path`, unless it changed (or had another event) while it was being queued."""
+        with self._lock:
+            if self._pending.get(path, (0.0, None))[1] == signature:
+                del self._pending[path]

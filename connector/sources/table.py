@@ -10,6 +10,11 @@ no SQL is ever built from a name at trigger time. Here, the table name is resolv
 every identifier goes through `psycopg.sql.Identifier` and every name argument through `sql.Literal`, so a table
 "name" carrying SQL is only ever a table that does not exist. Installing is idempotent (triggers are replaced) and
 reversible (`unwatch`); existing rows are queued when the watch is installed.
+
+Never failing the application's statement: a row with a NULL id is not queued (the trigger warns; `watch` counts
+them), an id too long for the unique index is keyed by its hash (`connector.watch_key`, migration 0005). Tables of
+the `connector` schema are refused: on `connector.documents` the trigger's own insert would fire it again, without
+end.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from psycopg import sql
 
 from connector.db import queries
 from connector.errors import ConnectorError
+from connector.settings import SCHEMA
 
 ROW_TRIGGER = "connector_watch_row"
 TRUNCATE_TRIGGER = "connector_watch_truncate"
@@ -35,6 +41,7 @@ class WatchError(ConnectorError):
 class Watched:
     table: str  # schema-qualified, quoted where needed, as Postgres prints it
     queued: int
+    skipped: int = 0  # rows with a NULL id: not queued until they get one
 
 
 def _resolve(conn: psycopg.Connection, table: str) -> tuple[int, str, str, str]:
@@ -57,6 +64,11 @@ def watch(
 ) -> Watched:
     with conn.transaction():
         oid, qualified, schema, name = _resolve(conn, table)
+        if schema == SCHEMA:
+            raise WatchError(
+                f"{qualified} is one of the connector's own tables: watching it would feed the queue into itself "
+                "(on connector.documents every insert would fire the trigger again, without end)"
+            )
         columns = {r[0] for r in conn.execute(queries.TABLE_COLUMNS, (oid,))}
         named = [id_column, text_column, *([title_column] if title_column else []), *metadata_columns]
         missing = [c for c in named if c not in columns]
@@ -95,7 +107,8 @@ def watch(
                 "meta": list(metadata_columns),
             },
         ).rowcount
-    return Watched(qualified, queued)
+        skipped = conn.execute(queries.COUNT_NULL_IDS.format(table=target), {"id": id_column}).fetchone()[0]
+    return Watched(qualified, queued, skipped)
 
 
 def unwatch(conn: psycopg.Connection, table: str, purge: bool = False) -> tuple[str, int]:

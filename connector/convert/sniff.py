@@ -1,0 +1,138 @@
+"""Bytes → text, and what a file really is when its name says PDF.
+
+Text encodings: a byte-order mark decides (UTF-8, UTF-16 or UTF-32, either byte order); without one, UTF-16 is
+recognised only where that is reliable (see `_utf16_without_bom`), and everything else must be UTF-8. No charset is
+guessed beyond that: a Latin-1 or Windows-1252 file fails as "not valid UTF-8", since a guess that is wrong for a
+short file stores mojibake that nobody sees, where a clear failure says what to fix.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import unicodedata
+
+from connector.errors import ConversionError
+
+PDF_HEADER_WINDOW = 1024
+"""`%PDF-` may start anywhere in the first 1024 bytes: what PDF readers accept (ISO 32000 implementation notes)."""
+
+_BOMS = (
+    # UTF-32 LE first: its mark begins with the UTF-16 LE one.
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+UTF16_MIN_NUL_SHARE = 0.7
+"""BOM-less UTF-16: at least this share of code units must have a NUL high byte (Latin-script text)."""
+UTF16_MAX_OTHER_NUL_SHARE = 0.01
+"""... and at most this share a NUL low byte (U+0100, U+4E00, ...): random binary has NULs at both."""
+
+_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"GIF8", "a GIF image"),
+    (b"PK\x03\x04", "a ZIP archive (DOCX, ODT, EPUB, ...)"),
+    (b"\x1f\x8b", "a gzip file"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "a legacy Office document"),
+    (b"%!PS", "a PostScript file"),
+    (b"{\\rtf", "an RTF document"),
+    (b"\x7fELF", "an executable"),
+)
+
+# The WHATWG MIME Sniffing Standard's HTML signatures (§7.1), plus XHTML behind an XML declaration.
+_HTML_START = re.compile(
+    r"\s*<(?:!doctype\s+html|html|head|script|iframe|h1|div|font|table|a|style|title|b|body|br|p|!--)[\s>]",
+    re.IGNORECASE,
+)
+_XHTML = re.compile(r"\s*<\?xml[^>]*>.{0,1024}?<html[\s>]", re.IGNORECASE | re.DOTALL)
+
+
+class BinaryData(ConversionError):
+    """Bytes that are no text in any encoding we read."""
+
+    def __init__(self, message: str = "file contains NUL bytes: binary data, not text") -> None:
+        super().__init__(message)
+
+
+def is_pdf(data: bytes) -> bool:
+    return b"%PDF-" in data[:PDF_HEADER_WINDOW]
+
+
+def looks_like_html(source: str) -> bool:
+    return bool(_HTML_START.match(source) or _XHTML.match(source))
+
+
+def not_a_pdf(data: bytes) -> str:
+    """Text of a file labelled PDF that is not one; raises `ConversionError` naming what it looks like instead."""
+    if not data.strip():
+        raise ConversionError("not a PDF (looks like an empty file)")
+    for magic, what in _MAGIC:
+        if data.startswith(magic):
+            raise ConversionError(f"not a PDF (looks like {what})")
+    try:
+        return decode(data)
+    except BinaryData as exc:
+        raise ConversionError("not a PDF (looks like binary data)") from exc
+    except ConversionError as exc:
+        raise ConversionError(f"not a PDF (looks like text, but {exc})") from exc
+
+
+def decode(data: bytes) -> str:
+    """The text of `data`, newlines normalised to "\\n"; `ConversionError` for binary data, bad or empty text."""
+    codec, skip = _codec(data)
+    try:
+        source = data[skip:].decode(codec)
+    except UnicodeDecodeError as exc:
+        name = codec.upper().removesuffix("-LE").removesuffix("-BE")
+        raise ConversionError(
+            f"not valid {name} text (byte {data[skip + exc.start]:#04x} at offset {skip + exc.start})"
+        ) from exc
+    if "\x00" in source:
+        raise BinaryData()
+    source = source.replace("\r\n", "\n").replace("\r", "\n")
+    if not source.strip():
+        raise ConversionError("document is empty")
+    return source
+
+
+def _codec(data: bytes) -> tuple[str, int]:
+    """(codec, bytes of byte-order mark to skip)."""
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            return codec, len(bom)
+    if b"\x00" not in data:
+        return "utf-8", 0
+    if (codec := _utf16_without_bom(data)) is not None:
+        return codec, 0
+    raise BinaryData()
+
+
+def _utf16_without_bom(data: bytes) -> str | None:
+    """ "utf-16-le" or "utf-16-be" when `data` can only be UTF-16 text without a byte-order mark, else None.
+
+    Reliable for text mostly in Latin script, where the NUL high bytes all fall on one side of each code unit, and
+    the decoded text must be printable. Other scripts without a mark are not recognised (they fail as binary data or
+    as invalid UTF-8): telling them from binary data would be a guess."""
+    units = len(data) // 2
+    if len(data) % 2 or units < 2:
+        return None
+    even, odd = data[0::2].count(0), data[1::2].count(0)
+    codec, high, low = ("utf-16-le", odd, even) if odd >= even else ("utf-16-be", even, odd)
+    if high < UTF16_MIN_NUL_SHARE * units or low > UTF16_MAX_OTHER_NUL_SHARE * units:
+        return None
+    try:
+        text = data.decode(codec)
+    except UnicodeDecodeError:
+        return None
+    return codec if all(_plausible(ch) for ch in set(text)) else None
+
+
+def _plausible(ch: str) -> bool:
+    if ch in "\t\n\r\f":
+        return True
+    # Control characters (Cc), surrogates (Cs), private use (Co) and unassigned code points (Cn) are not text.
+    return unicodedata.category(ch) not in ("Cc", "Cs", "Co", "Cn")

@@ -1,0 +1,196 @@
+"""Hostile inputs built from real fixture documents: a file whose bytes are not what its name says, text in UTF-16
+or UTF-32 or behind a byte-order mark, markup nested far deeper than any page needs. Each converts to the real text
+or fails as a `ConversionError` that says why; none escapes as an internal error."""
+
+from __future__ import annotations
+
+import codecs
+import html
+import io
+import sys
+import zipfile
+
+import pymupdf
+import pytest
+
+from connector.convert import convert
+from connector.errors import ConversionError
+from connector.settings import ChunkingSettings
+from tests.conftest import FIXTURES
+from tests.test_convert import assert_tiles
+
+SETTINGS = ChunkingSettings()
+HTML_PAGE = (FIXTURES / "postgresql-15-datatype-numeric.html").read_bytes()
+TEXT = (FIXTURES / "apache-2.0.txt").read_text(encoding="utf-8")
+MARKDOWN = (FIXTURES / "dockerfile-reference.md").read_text(encoding="utf-8")
+PDF = (FIXTURES / "lppl-1.3c.pdf").read_bytes()
+
+
+def _zip(name: str, data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def _png() -> bytes:
+    pdf = pymupdf.open(stream=PDF, filetype="pdf")
+    with pdf:
+        return pdf[0].get_pixmap(dpi=20).tobytes("png")
+
+
+# --- a file named .pdf whose bytes are something else ---------------------------------------------------------------
+
+
+def test_html_named_pdf_converts_as_html() -> None:
+    doc = convert(HTML_PAGE, "application/pdf", SETTINGS)
+    assert doc == convert(HTML_PAGE, "text/html", SETTINGS)
+    assert doc.page_starts == ()
+    assert "| `bigint` | 8 bytes | large-range integer |" in doc.markdown
+    assert_tiles(doc)
+
+
+def test_html_without_xml_declaration_named_pdf_converts_as_html() -> None:
+    page = HTML_PAGE.split(b"?>", 1)[1].lstrip()  # starts with <!DOCTYPE html ...
+    assert convert(page, "application/pdf", SETTINGS).markdown == convert(page, "text/html", SETTINGS).markdown
+
+
+def test_plain_text_named_pdf_converts_as_text() -> None:
+    doc = convert(TEXT.encode(), "application/pdf", SETTINGS)
+    assert doc.markdown == TEXT
+    assert doc.page_starts == ()
+    assert_tiles(doc)
+
+
+def test_pdf_with_junk_before_its_header_still_opens_as_pdf() -> None:
+    # Readers accept "%PDF-" anywhere in the first 1024 bytes (a mail or HTTP header glued in front, say).
+    doc = convert(b"X-Mailer: something\r\n" * 20 + PDF, "application/pdf", SETTINGS)
+    assert len(doc.page_starts) == 8
+
+
+@pytest.mark.parametrize(
+    ("data", "looks_like"),
+    [
+        (_zip("word/document.xml", HTML_PAGE), "a ZIP archive"),
+        (_png(), "a PNG image"),
+        (b"", "empty"),
+        (TEXT.encode("latin-1", errors="replace").replace(b"and", b"\xe9t\xe9"), "not valid UTF-8"),
+    ],
+    ids=["zip", "png", "empty", "latin-1"],
+)
+def test_other_bytes_named_pdf_fail_saying_what_they_look_like(data: bytes, looks_like: str) -> None:
+    with pytest.raises(ConversionError, match="not a PDF") as caught:
+        convert(data, "application/pdf", SETTINGS)
+    assert looks_like in str(caught.value)
+
+
+# --- UTF-16, UTF-32 and byte-order marks ----------------------------------------------------------------------------
+
+ENCODED = [
+    ("utf-8-sig", lambda s: codecs.BOM_UTF8 + s.encode("utf-8")),
+    ("utf-16-le-bom", lambda s: codecs.BOM_UTF16_LE + s.encode("utf-16-le")),
+    ("utf-16-be-bom", lambda s: codecs.BOM_UTF16_BE + s.encode("utf-16-be")),
+    ("utf-32-le-bom", lambda s: codecs.BOM_UTF32_LE + s.encode("utf-32-le")),
+    ("utf-32-be-bom", lambda s: codecs.BOM_UTF32_BE + s.encode("utf-32-be")),
+    ("utf-16-le", lambda s: s.encode("utf-16-le")),
+    ("utf-16-be", lambda s: s.encode("utf-16-be")),
+]
+
+
+@pytest.mark.parametrize("encode", [e for _, e in ENCODED], ids=[n for n, _ in ENCODED])
+def test_text_in_unicode_encodings_converts_to_the_same_text(encode) -> None:
+    doc = convert(encode(TEXT), "text/plain", SETTINGS)
+    assert doc.markdown == TEXT
+    assert doc == convert(TEXT.encode(), "text/plain", SETTINGS)
+    assert_tiles(doc)
+
+
+@pytest.mark.parametrize("encode", [e for _, e in ENCODED], ids=[n for n, _ in ENCODED])
+def test_markdown_in_unicode_encodings_converts_to_the_same_text(encode) -> None:
+    doc = convert(encode(MARKDOWN), "text/markdown", SETTINGS)
+    assert doc.markdown == MARKDOWN
+    assert doc == convert(MARKDOWN.encode(), "text/markdown", SETTINGS)
+
+
+@pytest.mark.parametrize("encode", [e for _, e in ENCODED], ids=[n for n, _ in ENCODED])
+def test_html_in_unicode_encodings_converts_to_the_same_text(encode) -> None:
+    page = HTML_PAGE.decode("utf-8")
+    doc = convert(encode(page), "text/html", SETTINGS)
+    assert doc == convert(HTML_PAGE, "text/html", SETTINGS)
+
+
+def test_non_latin_text_in_utf16_converts() -> None:
+    # Mixed scripts: the NUL bytes of UTF-16 are then far from every other byte, but still on one side.
+    text = TEXT[:3000] + "\n\nЛицензия Apache, версия 2.0. Ελληνικά κείμενα. 中文文本。\n"
+    assert convert(text.encode("utf-16-le"), "text/plain", SETTINGS).markdown == text
+    assert convert(codecs.BOM_UTF16_BE + text.encode("utf-16-be"), "text/plain", SETTINGS).markdown == text
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (TEXT.encode("latin-1", errors="replace").replace(b"and", b"\xe9t\xe9"), "not valid UTF-8"),
+        (PDF, "NUL bytes"),
+        (_png(), "NUL bytes"),
+        (_zip("a.txt", TEXT.encode()), "NUL bytes"),
+        (codecs.BOM_UTF16_LE + TEXT.encode("utf-16-le")[:-1], "not valid UTF-16"),
+        (TEXT.encode("utf-16-le")[:2000] + PDF[:2000], "NUL bytes"),
+    ],
+    ids=["latin-1", "pdf", "png", "zip", "truncated-utf-16", "utf-16-then-binary"],
+)
+def test_binary_and_unknown_encodings_still_fail_clearly(data: bytes, message: str) -> None:
+    with pytest.raises(ConversionError, match=message):
+        convert(data, "text/plain", SETTINGS)
+
+
+# --- deep nesting ---------------------------------------------------------------------------------------------------
+
+PARAGRAPHS = [" ".join(p.split()) for p in TEXT.split("\n\n") if p.strip()][:12]
+
+
+def _nested(depth: int) -> bytes:
+    body = "".join(f"<div><p>{html.escape(p)}</p></div>" for p in PARAGRAPHS)
+    return f"<html><body>{'<div>' * depth}{body}{'</div>' * depth}</body></html>".encode()
+
+
+def test_100k_nested_divs_convert_with_every_paragraph() -> None:
+    doc = convert(_nested(100_000), "text/html", SETTINGS)
+    assert_tiles(doc)
+    flat = convert(_nested(0), "text/html", SETTINGS)
+    assert doc.markdown == flat.markdown, "the same paragraphs, in order, each its own block"
+
+
+def test_nesting_below_the_limit_keeps_its_markup() -> None:
+    inner = (
+        "<ul><li>first <b>bold</b> item</li><li>second</li></ul><table><tr><th>a</th></tr><tr><td>1</td></tr></table>"
+    )
+    page = f"<html><body>{'<div>' * 50}{inner}{'</div>' * 50}</body></html>".encode()
+    doc = convert(page, "text/html", SETTINGS)
+    assert "- first **bold** item" in doc.markdown
+    assert "| a |" in doc.markdown
+
+
+def test_deep_markup_beyond_the_limit_keeps_its_text_and_paragraphs() -> None:
+    tail = "".join(f"<blockquote><p>{html.escape(p)}</p>" for p in PARAGRAPHS) + "</blockquote>" * len(PARAGRAPHS)
+    page = f"<html><body>{'<section>' * 5000}{tail}{'</section>' * 5000}</body></html>".encode()
+    doc = convert(page, "text/html", SETTINGS)
+    flat = " ".join(doc.markdown.replace(">", " ").replace("\\", "").split())
+    for p in PARAGRAPHS:
+        assert p in flat
+
+
+def test_a_recursion_error_in_any_converter_is_a_conversion_error() -> None:
+    # A real RecursionError, not a simulated one: the conversion starts with the stack almost used up.
+    page = _nested(60)
+
+    def depth() -> int:
+        frame, n = sys._getframe(), 0
+        while frame is not None:
+            frame, n = frame.f_back, n + 1
+        return n
+
+    def descend(n: int):
+        return convert(page, "text/html", SETTINGS) if n == 0 else descend(n - 1)
+
+    with pytest.raises(ConversionError, match="nested too deeply"):
+        descend(sys.getrecursionlimit() - depth() - 40)

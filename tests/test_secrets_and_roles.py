@@ -1,0 +1,281 @@
+"""No output carries a secret; every command fails in one line when the database cannot be reached; an owner role
+migrates and a runtime role that may only read and write rows runs the sidecar (`--no-migrate`).
+
+Real `connector` processes against the test server; roles are created on it and dropped afterwards."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from connector.db.database import head_revision
+from tests.conftest import REPO, child_env, connector_cmd, wait_for
+
+README = REPO / "README.md"
+
+
+def _run(tmp_path: Path, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        connector_cmd(*args),
+        cwd=tmp_path,
+        env={**child_env(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _assert_one_line_error(proc: subprocess.CompletedProcess, status: int, *, starts: str = "error: ") -> str:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == status, out
+    assert "Traceback" not in out and "╭" not in out, out
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(starts), out
+    return errors[0]
+
+
+def _assert_hidden(out: str, secrets: list[str]) -> None:
+    for secret in secrets:
+        assert secret not in out, f"{secret!r} printed:\n{out}"
+
+
+# (DSN, strings that must never be printed, how the error line starts, exit status)
+BAD_DSNS = [
+    # bad percent-encoding in the URL's userinfo (the issue's reproduction)
+    ("postgresql://app:S3cr3t%ZZpw@127.0.0.1:5/db", ["S3cr3t%ZZpw", "S3cr3t"], "error: invalid DSN", 2),
+    # an unencoded '@' in the password: libpq would take 'ssw0rd@127.0.0.1' for the host name and print it
+    ("postgresql://app:P@ssw0rd@127.0.0.1:5/db", ["P@ssw0rd", "ssw0rd"], "error: invalid DSN", 2),
+    # spaces in an unquoted key=value password: libpq echoes the piece after the space
+    ("host=127.0.0.1 port=5 user=app password=Pa55 w0rdz", ["Pa55 w0rdz", "w0rdz"], "error: invalid DSN", 2),
+    # a quoted password with spaces, in a DSN malformed elsewhere
+    ("host=127.0.0.1 port=5 password='Qu0ted pa55' user", ["Qu0ted pa55", "Qu0ted", "pa55"], "error: invalid DSN", 2),
+    # valid but unreachable: percent-encoded '@' and space, and a key=value password
+    ("postgresql://app:Enc%40ded%20pw@127.0.0.1:5/db", ["Enc%40ded%20pw", "Enc@ded pw"], "error: cannot connect", 1),
+    ("host=127.0.0.1 port=5 user=app password=S3cr3t%ZZpw dbname=db", ["S3cr3t%ZZpw"], "error: cannot connect", 1),
+]
+
+COMMANDS = [
+    ("status",),
+    ("migrate",),
+    ("run", "--once", "--no-watch", "--embedder", "fake"),
+    ("ingest", "--embedder", "fake", "doc.txt"),
+]
+
+
+@pytest.mark.parametrize(("dsn", "secrets", "starts", "status"), BAD_DSNS, ids=[f"dsn{i}" for i in range(6)])
+def test_no_command_prints_a_password_of_a_bad_or_unreachable_dsn(
+    tmp_path: Path, dsn: str, secrets: list[str], starts: str, status: int
+) -> None:
+    (tmp_path / "doc.txt").write_text("Some text.\n")
+    runs = [(args, {"CONNECTOR_DSN": dsn}) for args in COMMANDS] + [(("status", "--dsn", dsn), {})]
+    for args, env in runs:
+        proc = _run(tmp_path, *args, **env)
+        line = _assert_one_line_error(proc, status, starts=starts)
+        _assert_hidden(proc.stdout + proc.stderr, secrets)
+        assert "***" in line or "cannot connect" in line, line
+
+
+def test_every_command_gives_one_line_when_the_database_is_down(tmp_path: Path) -> None:
+    (tmp_path / "doc.txt").write_text("Some text.\n")
+    down = "postgresql://app:D0wnPw@127.0.0.1:5/db"
+    for args in (
+        *COMMANDS,
+        ("retry", "--failed"),
+        ("watch-table", "app.t", "--id", "id", "--text", "body"),
+        ("report",),
+        ("explain", "1"),
+    ):
+        proc = _run(tmp_path, *args, CONNECTOR_DSN=down)
+        line = _assert_one_line_error(proc, 1, starts="error: cannot connect to user=app dbname=db host=127.0.0.1")
+        assert "Connection refused" in line
+        _assert_hidden(proc.stdout + proc.stderr, ["D0wnPw"])
+
+
+@pytest.fixture
+def password_role(pg_admin_dsn: str, dsn: str):
+    """A role with a password that the server really checks: the embedded server trusts local connections, so a
+    scram-sha-256 line for this role alone goes first in its pg_hba.conf (restored afterwards)."""
+    role, password = f"pw_{uuid.uuid4().hex[:8]}", f"R1ght-{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+        hba = Path(conn.execute("SHOW hba_file").fetchone()[0])
+        if not (hba.exists() and os.access(hba, os.W_OK)):
+            pytest.skip("the test server's pg_hba.conf is not writable here: cannot make it check passwords")
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role), sql.Literal(password)))
+        original = hba.read_text()
+        hba.write_text(f"local all {role} scram-sha-256\nhost all {role} all scram-sha-256\n{original}")
+        conn.execute("SELECT pg_reload_conf()")
+    wrong = make_conninfo(dsn, user=role, password="Wr0ng-Pa55word")
+
+    def rejected() -> bool:
+        try:
+            psycopg.connect(wrong).close()
+        except psycopg.OperationalError as exc:
+            return "password authentication failed" in str(exc)
+        return False
+
+    try:
+        wait_for(rejected, timeout=10, what="the server to check passwords")
+        yield role, password
+    finally:
+        hba.write_text(original)
+        with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_reload_conf()")
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def test_a_wrong_password_is_one_line_and_never_printed(tmp_path: Path, dsn: str, password_role) -> None:
+    role, _ = password_role
+    (tmp_path / "doc.txt").write_text("Some text.\n")
+    params = conninfo_to_dict(dsn)
+    url = f"postgresql://{role}:Wr0ng-Pa55word@/{params['dbname']}?host={params['host']}"
+    pairs = make_conninfo(dsn, user=role, password="Wr0ng-Pa55word")
+    every = (*COMMANDS, ("retry", "--failed"), ("watch-table", "t", "--id", "id", "--text", "body"))
+    for wrong, commands in ((pairs, every), (url, [("status",)])):
+        for args in commands:
+            proc = _run(tmp_path, *args, CONNECTOR_DSN=wrong)
+            line = _assert_one_line_error(proc, 1, starts="error: cannot connect to ")
+            assert "password authentication failed" in line, line
+            _assert_hidden(proc.stdout + proc.stderr, ["Wr0ng-Pa55word"])
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import logging, sys, threading
+    from connector.cli import _logging, _settings, app
+
+    @app.command("boom")
+    def boom(where: str) -> None:
+        _logging(False)
+        settings = _settings()
+        dsn, key = settings.dsn.get_secret_value(), settings.chunking.llm.api_key.get_secret_value()
+        logging.getLogger("connector.test").warning("connecting to %s with key %s", dsn, key)
+        try:
+            raise ValueError(f"inner {dsn}")
+        except ValueError:
+            logging.getLogger("connector.test").exception("failed with %r", key)
+        if where == "thread":
+
+            def fail() -> None:
+                raise RuntimeError(f"thread {dsn} {key}")
+
+            thread = threading.Thread(target=fail)
+            thread.start()
+            thread.join()
+            return
+        raise RuntimeError(f"uncaught: could not use {dsn} (key {key})")
+
+    app(prog_name="connector")
+    """
+)
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_log_records_and_uncaught_tracebacks_are_scrubbed(tmp_path: Path, log_format: str) -> None:
+    env = {
+        **child_env(tmp_path),
+        "CONNECTOR_DSN": "postgresql://app:Tr4ce%ZZback@127.0.0.1:5/db",
+        "CONNECTOR_LLM_API_KEY": "sk-Th1s1sAK3y",
+        "CONNECTOR_LOG_FORMAT": log_format,
+    }
+    for where in ("main", "thread"):
+        proc = subprocess.run(
+            [sys.executable, "-c", SCRIPT, "boom", where], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        out = proc.stdout + proc.stderr
+        assert "connecting to postgresql://app:***@127.0.0.1:5/db with key ***" in out, out
+        assert ("uncaught: could not use" if where == "main" else "thread postgresql://app:***@") in out, out
+        assert "inner postgresql://app:***@" in out, out  # the logged exception's traceback
+        _assert_hidden(out, ["Tr4ce", "Th1s1sAK3y"])
+
+
+# Least privilege: the README's snippet, pasted as it is.
+
+
+def _readme_sql(after: str) -> str:
+    text = README.read_text()
+    start = text.index(after)
+    return re.search(r"```sql\n(.*?)```", text[start:], re.DOTALL).group(1)
+
+
+@pytest.fixture
+def readme_roles(pg_admin_dsn: str, dsn: str):
+    """The README's roles (connector_owner, connector_app) in the test database, made by its snippet verbatim."""
+    roles = ("connector_owner", "connector_app")
+
+    def drop() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for role in roles:
+                if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                    conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
+        with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+            for role in roles:
+                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+    drop()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_readme_sql("### Roles"))
+        assert not conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = 'connector_owner'").fetchone()[0]
+    try:
+        yield make_conninfo(dsn, user="connector_owner"), make_conninfo(dsn, user="connector_app")
+    finally:
+        drop()
+
+
+def _queue_row(dsn: str, key: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "INSERT INTO connector.documents (source_key, content) VALUES (%s, %s) RETURNING id",
+            (key, "A runtime role processes this row. " * 20),
+        ).fetchone()[0]
+
+
+def _status(dsn: str, doc: int) -> tuple:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT status, last_error, (SELECT count(*) FROM connector.chunks WHERE document_id = d.id) "
+            "FROM connector.documents d WHERE id = %s",
+            (doc,),
+        ).fetchone()
+
+
+def test_a_runtime_role_runs_the_sidecar_and_an_owner_migrates(tmp_path: Path, readme_roles) -> None:
+    owner, app = readme_roles
+    fake = ("--embedder", "fake")
+    # Before any migration: the runtime role is told what to run, in one line, with or without --no-migrate.
+    proc = _run(tmp_path, "run", "--once", "--no-watch", "--no-migrate", *fake, CONNECTOR_DSN=app)
+    line = _assert_one_line_error(proc, 2)
+    assert "never migrated" in line and "`connector migrate`" in line and "owns the connector schema" in line
+    proc = _run(tmp_path, "run", "--once", "--no-watch", *fake, CONNECTOR_DSN=app)
+    line = _assert_one_line_error(proc, 2, starts="error: this role may not migrate")
+    assert "run `connector migrate` as the role that owns the connector schema" in line, line
+
+    # The owner (no superuser, no CREATE on the database) migrates, part of the way first.
+    proc = _run(tmp_path, "migrate", "--revision", "0003", CONNECTOR_DSN=owner)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = _run(tmp_path, "run", "--once", "--no-watch", "--no-migrate", *fake, CONNECTOR_DSN=app)
+    line = _assert_one_line_error(proc, 2)
+    assert f"at schema revision 0003, this connector needs {head_revision()}" in line, line
+    proc = _run(tmp_path, "ingest", "--no-migrate", *fake, str(tmp_path), CONNECTOR_DSN=app)
+    assert "at schema revision 0003" in _assert_one_line_error(proc, 2)
+    proc = _run(tmp_path, "migrate", CONNECTOR_DSN=owner)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    # The runtime role: a row inserted with SQL is processed end to end, with --no-migrate and without.
+    for flags in (("--no-migrate",), ()):
+        doc = _queue_row(app, f"runtime-{len(flags)}")
+        proc = _run(tmp_path, "run", "--once", "--no-watch", *flags, *fake, CONNECTOR_DSN=app)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        status, error, chunks = _status(owner, doc)
+        assert (status, error) == ("done", None) and chunks > 0, (status, error, proc.stderr)
+    proc = _run(tmp_path, "status", CONNECTOR_DSN=app)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

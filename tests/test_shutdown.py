@@ -1,0 +1,105 @@
+"""Stopping keeps its promises, with real processes: SIGTERM waits at most the grace period, whatever the document
+in hand is doing (a big one in the candidate pool included), and hands it back; a second SIGTERM stops at once and
+hands it back too; a sidecar killed with SIGKILL leaves no helper process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.conftest import FIXTURES, output_of, wait_for
+
+AUSTEN = (FIXTURES / "austen-northanger-abbey.txt").read_text()
+# Long enough (> candidates.PARALLEL_MIN_CHARS) that every strategy runs in the candidate pool's processes, and slow
+# enough (tens of seconds here) that the signal lands while it is in hand.
+BIG = "\n\n".join(f"Volume {i}.\n\n{AUSTEN}" for i in range(3))
+ENV = {"CONNECTOR_POLL_INTERVAL": "1", "CONNECTOR_SHUTDOWN_GRACE_SECONDS": "3", "CONNECTOR_LEASE_SECONDS": "30"}
+
+
+def _insert_big(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO connector.documents (source_key, content) VALUES ('big', %s)", (BIG,))
+
+
+def _row(dsn: str) -> tuple:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT status, claimed_by, lease_expires_at FROM connector.documents WHERE source_key = 'big'"
+        ).fetchone()
+
+
+def _processing(dsn: str) -> bool:
+    return _row(dsn)[0] == "processing"
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (from /proc: children first found by their parent, recursively)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("signals", [1, 2], ids=["one-sigterm", "two-sigterms"])
+def test_sigterm_keeps_the_grace_and_hands_the_document_back(migrated_dsn, start_process, signals: int) -> None:
+    dsn = migrated_dsn
+    proc = start_process("run", "--no-watch", "--dsn", dsn, "--embedder", "fake", **ENV)
+    wait_for(lambda: "connector running" in output_of(proc), timeout=120, what="sidecar start")
+    _insert_big(dsn)
+    wait_for(lambda: _processing(dsn), timeout=30, what="the big document claimed")
+    time.sleep(2)  # well inside the pipeline now
+    helpers = _descendants(proc.pid)
+    sent = time.monotonic()
+    for _ in range(signals):
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+    code = proc.wait(60)
+    took = time.monotonic() - sent
+    out = output_of(proc)
+    assert took < 3 + 8, f"grace 3 s, took {took:.1f} s: {_row(dsn)}\n{out}"
+    assert "exception not rethrown" not in out and code in (0, 130), (code, out)
+    status, claimed_by, lease = _row(dsn)
+    assert (status, claimed_by, lease) == ("pending", None, None), "handed back to the queue, lease cleared"
+    assert "returned to the queue" in out
+    wait_for(lambda: not any(_alive(p) for p in helpers), timeout=10, what="helper processes gone")
+
+
+def test_sigkill_leaves_no_helper_process_behind(migrated_dsn, start_process) -> None:
+    dsn = migrated_dsn
+    proc = start_process("run", "--no-watch", "--dsn", dsn, "--embedder", "fake", **ENV)
+    wait_for(lambda: "connector running" in output_of(proc), timeout=120, what="sidecar start")
+    _insert_big(dsn)
+    wait_for(lambda: _processing(dsn), timeout=30, what="the big document claimed")
+    helpers = wait_for(lambda: _descendants(proc.pid), timeout=30, what="the candidate pool started")
+    time.sleep(1)
+    helpers = _descendants(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    try:
+        wait_for(lambda: not any(_alive(p) for p in helpers), timeout=15, what="orphaned helpers exit")
+    finally:
+        for p in helpers:  # whatever this test finds, it leaves nothing running
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)

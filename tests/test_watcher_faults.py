@@ -1,0 +1,412 @@
+"""The folder watcher under the faults production brings (issue 11): outages, bursts, hostile names, unreadable and
+huge files, replicas restarting next to each other. Real Postgres, real files, real processes; no mocks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from connector.settings import Settings
+from connector.sources.folder import FolderWatcher, scan
+from tests.conftest import FIXTURES, child_env, connector_cmd, output_of, wait_for
+
+FAST = {"CONNECTOR_POLL_INTERVAL": "1", "CONNECTOR_SETTLE_SECONDS": "0.3"}
+
+
+def _rows(dsn: str) -> dict[str, tuple]:
+    with psycopg.connect(dsn) as conn:
+        found = conn.execute(
+            "SELECT source_key, status, last_error, attempts, retries FROM connector.documents WHERE source = 'folder'"
+        ).fetchall()
+    return {key: rest for key, *rest in found}
+
+
+def _status(dsn: str, key: str) -> str | None:
+    row = _rows(dsn).get(key)
+    return row[0] if row else None
+
+
+@contextlib.contextmanager
+def watching(settings: Settings, dsn: str | None = None, **changes):
+    watcher = FolderWatcher(settings.model_copy(update=changes), dsn or settings.dsn.get_secret_value())
+    watcher.start()
+    try:
+        yield watcher
+    finally:
+        watcher.stop()
+
+
+class Proxy:
+    """A real TCP proxy in front of Postgres whose `down()` cuts every connection and refuses new ones."""
+
+    def __init__(self, dsn: str, folder: Path):
+        params = conninfo_to_dict(dsn)
+        host, port = params.get("host") or "127.0.0.1", params.get("port") or "5432"
+        if host.startswith("/"):  # the embedded server listens on a unix socket: so does the proxy
+            self.target: tuple | str = f"{host}/.s.PGSQL.{port}"
+            self.listener = socket.socket(socket.AF_UNIX)
+            self.listener.bind(str(folder / f".s.PGSQL.{port}"))
+            self.listener.listen()
+            self.dsn = make_conninfo(dsn, host=str(folder), port=port)
+        else:
+            self.target = (host, int(port))
+            self.listener = socket.create_server(("127.0.0.1", 0))
+            self.dsn = make_conninfo(dsn, host="127.0.0.1", port=str(self.listener.getsockname()[1]))
+        self.up = True
+        self.conns: list[socket.socket] = []
+        self.stopping = False
+        self.thread = threading.Thread(target=self._serve, name="pg-proxy")
+        self.thread.start()
+
+    def _serve(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.listener, selectors.EVENT_READ)
+        peers: dict[socket.socket, socket.socket] = {}
+        while not self.stopping:
+            for key, _ in sel.select(0.1):
+                sock = key.fileobj
+                if sock is self.listener:
+                    client, _addr = self.listener.accept()
+                    if not self.up:
+                        client.close()
+                        continue
+                    if isinstance(self.target, str):
+                        server = socket.socket(socket.AF_UNIX)
+                        server.connect(self.target)
+                    else:
+                        server = socket.create_connection(self.target)
+                    peers[client], peers[server] = server, client
+                    for s in (client, server):
+                        sel.register(s, selectors.EVENT_READ)
+                    self.conns += [client, server]
+                    continue
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    data = b""
+                if data and self.up:
+                    with contextlib.suppress(OSError):
+                        peers[sock].sendall(data)
+                    continue
+                for s in (sock, peers.get(sock)):
+                    if s is not None and s in peers:
+                        sel.unregister(s)
+                        s.close()
+                        peers.pop(s)
+            if not self.up:
+                for s in list(peers):
+                    sel.unregister(s)
+                    s.close()
+                peers.clear()
+        for s in peers:
+            s.close()
+        sel.close()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.thread.join()
+        self.listener.close()
+
+
+def test_files_settled_during_an_outage_are_all_queued_once_the_database_is_back(settings: Settings, tmp_path) -> None:
+    """3a: the settle loop kept only the file whose insert failed; the rest of the batch was lost."""
+    dsn = settings.dsn.get_secret_value()
+    inbox = settings.watch_dir
+    folder = Path(tempfile.mkdtemp(prefix="pgproxy-"))  # short: a unix socket's path is limited to 107 bytes
+    proxy = Proxy(dsn, folder)
+    try:
+        with watching(settings, proxy.dsn, rescan_seconds=3600):
+            (inbox / "before.txt").write_text("before the outage")
+            wait_for(lambda: _status(dsn, "before.txt"), what="a file queued through the proxy")
+            proxy.up = False
+            for i in range(10):
+                (inbox / f"during-{i}.txt").write_text(f"written while the database is down {i}")
+            time.sleep(4)  # settled, tried and failed at least once
+            proxy.up = True
+            wait_for(lambda: all(_status(dsn, f"during-{i}.txt") for i in range(10)), timeout=60,
+                     what="every file written during the outage queued")  # fmt: skip
+    finally:
+        proxy.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_an_inotify_overflow_is_repaired_by_a_rescan(settings: Settings, tmp_path, caplog) -> None:
+    """3b: a burst overflowed the kernel's event queue and the lost files were never queued."""
+    dsn = settings.dsn.get_secret_value()
+    inbox = settings.watch_dir
+    n = 20_000
+    writer = (
+        "import os, sys\n"
+        "for i in range(int(sys.argv[2])):\n"
+        "    fd = os.open(f'{sys.argv[1]}/f{i:05d}.txt', os.O_CREAT | os.O_WRONLY)\n"
+        "    os.write(fd, b'file %d' % i)\n"
+        "    os.close(fd)\n"
+    )
+    caplog.set_level(logging.WARNING)
+    with watching(settings, rescan_seconds=3600) as watcher:
+        wait_for(lambda: watcher._next_rescan > 0, what="the initial rescan")
+        subprocess.run([sys.executable, "-c", writer, str(inbox), str(n)], check=True)
+        wait_for(lambda: len(_rows(dsn)) == n, timeout=240, interval=2, what=f"all {n} files queued")
+        assert watcher.check() is None
+    assert any("Inotify queue overflowed" in r.getMessage() for r in caplog.records), "the burst overflowed"
+
+
+def test_a_periodic_rescan_repairs_what_events_missed_and_reads_only_changed_files(settings: Settings) -> None:
+    dsn = settings.dsn.get_secret_value()
+    inbox = settings.watch_dir
+    inbox.mkdir(parents=True)
+    for i in range(25):
+        (inbox / f"big-{i}.txt").write_bytes(b"large text file\n" * 250_000)  # 4 MB each, 100 MB in all
+    assert scan(settings, dsn) == 25
+
+    def read_bytes() -> int:
+        return int(dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())["rchar"])
+
+    before = read_bytes()
+    assert scan(settings, dsn) == 0, "nothing changed, nothing queued"
+    assert read_bytes() - before < 5_000_000, "an unchanged folder is rescanned without reading its files"
+
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the database lost a row behind the watcher's back
+        conn.execute("DELETE FROM connector.documents WHERE source_key = 'big-3.txt'")
+    with watching(settings, rescan_seconds=1):
+        wait_for(lambda: _status(dsn, "big-3.txt") == "pending", timeout=20, what="the rescan queued it again")
+
+
+def _loop(tmp_path: Path, name: str) -> Path:
+    link = tmp_path / name
+    os.symlink(name, link)  # points at itself: a loop once it lies anywhere
+    return link
+
+
+def test_hostile_names_never_stop_the_watcher(settings: Settings, tmp_path, caplog) -> None:
+    """4: a non-UTF-8 name (deleted: UnicodeEncodeError) and a symlink loop renamed in (RuntimeError) killed the
+    watcher's threads; nothing after them was picked up."""
+    dsn = settings.dsn.get_secret_value()
+    inbox = settings.watch_dir
+    inbox.mkdir(parents=True)
+    raw = os.fsencode(inbox) + b"/caf\xe9.txt"
+    caplog.set_level(logging.WARNING)
+    with watching(settings) as watcher:
+        with open(raw, "wb") as f:
+            f.write(b"latin-1 name")
+        wait_for(lambda: _status(dsn, "caf\\xe9.txt") == "failed", what="the non-UTF-8 name recorded")
+        assert "not valid UTF-8" in _rows(dsn)["caf\\xe9.txt"][1]
+        os.remove(raw)
+        wait_for(lambda: "caf\\xe9.txt" not in _rows(dsn), what="its row removed with the file")
+        os.rename(_loop(tmp_path, "loop.txt"), inbox / "loop.txt")
+        wait_for(lambda: _status(dsn, "loop.txt") == "failed", what="the symlink loop recorded")
+        assert "symbolic links" in _rows(dsn)["loop.txt"][1]
+        (inbox / "later.txt").write_text("a file after the hostile ones")
+        wait_for(lambda: _status(dsn, "later.txt") == "pending", what="a later file still queued")
+        assert watcher.check() is None
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], "no event failed"
+
+
+def test_a_removed_watched_folder_restarts_the_observer(settings: Settings) -> None:
+    dsn = settings.dsn.get_secret_value()
+    inbox = settings.watch_dir
+    with watching(settings) as watcher:
+        (inbox / "a.txt").write_text("first")
+        wait_for(lambda: _status(dsn, "a.txt"), what="a.txt queued")
+        shutil.rmtree(inbox)  # watchdog's emitter stops with its folder
+        wait_for(lambda: "a.txt" not in _rows(dsn), what="the deletion mirrored")
+        wait_for(inbox.is_dir, what="the folder recreated by the restarted observer")
+        (inbox / "b.txt").write_text("after the restart")
+        wait_for(lambda: _status(dsn, "b.txt"), what="a file in the new folder queued")
+        assert watcher.check() is None
+
+
+def test_a_huge_sparse_file_fails_unread_and_does_not_stall_intake(settings: Settings) -> None:
+    """10: a 30 GB sparse file was hashed whole before the size was checked: intake stopped for a minute."""
+    dsn = settings.dsn.get_secret_value()
+    inbox = settings.watch_dir
+    with watching(settings) as watcher:
+        with open(inbox / "huge.txt", "wb") as f:
+            f.truncate(30 * 1024**3)
+        (inbox / "small.txt").write_text("right behind the huge one")
+        started = time.monotonic()
+        wait_for(lambda: _status(dsn, "small.txt") == "pending", timeout=30, what="small.txt queued")
+        assert time.monotonic() - started < 5, "the huge file did not hold up the next one"
+        status, error, *_ = _rows(dsn)["huge.txt"]
+        assert status == "failed" and "too large" in error
+        assert watcher.check() is None
+
+
+def test_unsupported_files_are_failed_rows_logged_once_and_shown_by_status(
+    settings: Settings, tmp_path, caplog
+) -> None:
+    dsn = settings.dsn.get_secret_value()
+    inbox = settings.watch_dir
+    caplog.set_level(logging.WARNING, logger="connector")
+    with watching(settings, rescan_seconds=0.5):
+        (inbox / "notes.docx").write_bytes(b"PK\x03\x04 not yet supported")
+        wait_for(lambda: _status(dsn, "notes.docx") == "failed", what="the .docx recorded")
+        time.sleep(2)  # a few rescans
+    assert "unsupported file type .docx" in _rows(dsn)["notes.docx"][1]
+    assert sum("notes.docx" in r.getMessage() for r in caplog.records) == 1, "logged once"
+    out = subprocess.run(connector_cmd("status", "--dsn", dsn), env=child_env(tmp_path), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert "unsupported file type .docx" in out.stdout.replace("\n", " ") or "unsupported" in out.stdout, out
+
+
+def test_hostile_names_at_start_and_forged_log_lines(migrated_dsn, start_process, tmp_path) -> None:
+    """4 and 13: a symlink loop present at start crashed `connector run`; a newline in a name forged a log line."""
+    dsn = migrated_dsn
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    os.rename(_loop(tmp_path, "loop.md"), inbox / "loop.md")
+    with open(os.fsencode(inbox) + b"/bad-\xff.txt", "wb") as f:
+        f.write(b"undecodable name")
+    forged = "evil.txt\n2026-01-01 00:00:00,000 ERROR connector: FORGED"
+    (inbox / forged).write_text("a document whose name carries a log line " * 20)
+    shutil.copy(FIXTURES / "apache-2.0.txt", inbox / "good.txt")
+    for fmt in ("text", "json"):
+        proc = start_process("run", "--watch", str(inbox), "--dsn", dsn, "--embedder", "fake",
+                             **FAST, CONNECTOR_LOG_FORMAT=fmt)  # fmt: skip
+        wait_for(lambda: _status(dsn, "good.txt") == "done" and _status(dsn, forged) == "done", timeout=120,
+                 what="the good files done")  # fmt: skip
+        assert proc.poll() is None, output_of(proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, output_of(proc)
+        out = output_of(proc)
+        lines = out.splitlines()
+        assert not [line for line in lines if "FORGED" in line and not line.lstrip().startswith(("{", "20"))], out
+        assert not [line for line in lines if line.startswith("2026-01-01")], "no forged line"
+        if fmt == "json":
+            assert all(json.loads(line) for line in lines if line.startswith("{"))
+        with psycopg.connect(dsn, autocommit=True) as conn:  # the second run starts from scratch
+            conn.execute("DELETE FROM connector.documents WHERE source_key IN ('good.txt', %s)", (forged,))
+    rows = _rows(dsn)
+    assert rows["loop.md"][0] == rows["bad-\\xff.txt"][0] == "failed"
+
+
+def _unprivileged(tmp_path: Path, *args: str) -> subprocess.Popen:
+    """`connector ...` as root without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH: file modes bind it as they bind any
+    user (tests run as root, which reads a mode-000 file otherwise)."""
+    log = open(tmp_path / "unprivileged.log", "w+")  # noqa: SIM115 - closed by the caller
+    cmd = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *connector_cmd(*args)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env={**child_env(tmp_path), **FAST}, stdout=log, stderr=log)
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
+
+
+def test_unreadable_files_become_failed_rows(migrated_dsn, tmp_path) -> None:
+    """9: a file the process may not read got a WARNING and no row; a done file made unreadable stayed done."""
+    dsn = migrated_dsn
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    shutil.copy(FIXTURES / "apache-2.0.txt", inbox / "good.txt")
+    (inbox / "secret.txt").write_text("nobody may read this " * 20)
+    os.chmod(inbox / "secret.txt", 0)
+    proc = _unprivileged(tmp_path, "run", "--watch", str(inbox), "--dsn", dsn, "--embedder", "fake")
+    try:
+        wait_for(lambda: _status(dsn, "good.txt") == "done", timeout=120, what="good.txt done")
+        status, error, *_ = _rows(dsn)["secret.txt"]
+        assert status == "failed" and "Permission denied" in error, (status, error)
+        os.chmod(inbox / "good.txt", 0)
+        wait_for(lambda: _status(dsn, "good.txt") == "failed", what="good.txt failed once unreadable")
+        assert "Permission denied" in _rows(dsn)["good.txt"][1]
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT count(*) FROM connector.chunks").fetchone()[0] > 0, "its chunks are kept"
+        os.chmod(inbox / "good.txt", 0o644)
+        wait_for(lambda: _status(dsn, "good.txt") == "done", timeout=60, what="good.txt done again once readable")
+        assert proc.poll() is None, output_of(proc)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        proc.log.close()  # type: ignore[attr-defined]
+
+
+class SlowChat:
+    """An OpenAI-compatible endpoint that holds every request about the marked document until `release()`, so that
+    document stays in a worker's hands as long as the test needs."""
+
+    MARK = "SLOW-DOCUMENT-MARK"
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+        chat = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if chat.MARK.encode() in body:
+                    chat.released.wait(120)
+                answer = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": ""}}
+                payload = json.dumps({"id": "x", "object": "chat.completion", "choices": [answer]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name="slow-chat")
+        self.thread.start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+def test_replicas_restarting_next_to_each_other_steal_nothing(migrated_dsn, start_process, tmp_path) -> None:
+    """5: a starting replica's rescan took the document another live replica was processing (retries + 1 each
+    time: after 4 restarts it failed); two replicas both queued every new file."""
+    dsn = migrated_dsn
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    chat = SlowChat()
+    try:
+        env = {**FAST, "CONNECTOR_LLM_BASE_URL": chat.base_url, "CONNECTOR_LLM_TIMEOUT": "120",
+               "CONNECTOR_SHUTDOWN_GRACE_SECONDS": "2", "CONNECTOR_MAX_ATTEMPTS": "3"}  # fmt: skip
+        args = ("run", "--watch", str(inbox), "--dsn", dsn, "--embedder", "fake")
+        a = start_process(*args, **env, CONNECTOR_LLM_CACHE_DIR=str(tmp_path / "llm-a"))
+        (inbox / "slow.txt").write_text(SlowChat.MARK + "\n\n" + (FIXTURES / "apache-2.0.txt").read_text())
+        wait_for(lambda: _status(dsn, "slow.txt") == "processing", timeout=60, what="replica A processing slow.txt")
+        for restart in range(4):
+            b = start_process(*args, **env, CONNECTOR_LLM_CACHE_DIR=str(tmp_path / "llm-b"))
+            wait_for(lambda b=b: "watching" in output_of(b), timeout=60, what="replica B watching")
+            time.sleep(2.5)  # its start rescan settled and was applied
+            if restart == 3:
+                break
+            b.send_signal(signal.SIGTERM)
+            assert b.wait(60) == 0, output_of(b)
+        assert _rows(dsn)["slow.txt"][:4] == ("processing", None, 1, 0), "nobody took it from A"
+        for i in range(3):
+            (inbox / f"new-{i}.txt").write_text(f"a new file both replicas see {i} " * 30)
+        wait_for(lambda: all(_status(dsn, f"new-{i}.txt") == "done" for i in range(3)), timeout=120,
+                 what="the new files done")  # fmt: skip
+        chat.released.set()
+        wait_for(lambda: _status(dsn, "slow.txt") == "done", timeout=120, what="slow.txt done by A")
+        rows = _rows(dsn)
+        assert rows["slow.txt"][2:] == (1, 0), "claimed once, no try lost"
+        for i in range(3):
+            assert rows[f"new-{i}.txt"][2:] == (1, 0), rows[f"new-{i}.txt"]
+        logs = "".join(output_of(p) for p in (a, b))
+        for i in range(3):
+            assert logs.count(f"queued new-{i}.txt") == 1, "one replica queued it; the other's enqueue changed nothing"
+    finally:
+        chat.close()
