@@ -37,6 +37,13 @@ def _rows(dsn: str) -> dict[str, tuple]:
     return {key: rest for key, *rest in found}
 
 
+def _wait(proc: subprocess.Popen, predicate, timeout: float, what: str) -> None:
+    try:
+        wait_for(predicate, timeout=timeout, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{output_of(proc)[-4000:]}") from None
+
+
 def _status(dsn: str, key: str) -> str | None:
     row = _rows(dsn).get(key)
     return row[0] if row else None
@@ -279,8 +286,8 @@ def test_hostile_names_at_start_and_forged_log_lines(migrated_dsn, start_process
     for fmt in ("text", "json"):
         proc = start_process("run", "--watch", str(inbox), "--dsn", dsn, "--embedder", "fake",
                              **FAST, CONNECTOR_LOG_FORMAT=fmt)  # fmt: skip
-        wait_for(lambda: _status(dsn, "good.txt") == "done" and _status(dsn, forged) == "done", timeout=120,
-                 what="the good files done")  # fmt: skip
+        _wait(proc, lambda: _status(dsn, "good.txt") == "done" and _status(dsn, forged) == "done", 240,
+              "the good files done")  # fmt: skip
         assert proc.poll() is None, output_of(proc)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, output_of(proc)
@@ -316,7 +323,7 @@ def test_unreadable_files_become_failed_rows(migrated_dsn, tmp_path) -> None:
     os.chmod(inbox / "secret.txt", 0)
     proc = _unprivileged(tmp_path, "run", "--watch", str(inbox), "--dsn", dsn, "--embedder", "fake")
     try:
-        wait_for(lambda: _status(dsn, "good.txt") == "done", timeout=120, what="good.txt done")
+        _wait(proc, lambda: _status(dsn, "good.txt") == "done", 240, "good.txt done")
         status, error, *_ = _rows(dsn)["secret.txt"]
         assert status == "failed" and "Permission denied" in error, (status, error)
         os.chmod(inbox / "good.txt", 0)
@@ -394,7 +401,7 @@ def test_replicas_restarting_next_to_each_other_steal_nothing(migrated_dsn, star
                 break
             b.send_signal(signal.SIGTERM)
             assert b.wait(60) == 0, output_of(b)
-        assert _rows(dsn)["slow.txt"][:4] == ("processing", None, 1, 0), "nobody took it from A"
+        assert tuple(_rows(dsn)["slow.txt"][:4]) == ("processing", None, 1, 0), "nobody took it from A"
         for i in range(3):
             (inbox / f"new-{i}.txt").write_text(f"a new file both replicas see {i} " * 30)
         wait_for(lambda: all(_status(dsn, f"new-{i}.txt") == "done" for i in range(3)), timeout=120,
@@ -402,9 +409,9 @@ def test_replicas_restarting_next_to_each_other_steal_nothing(migrated_dsn, star
         chat.released.set()
         wait_for(lambda: _status(dsn, "slow.txt") == "done", timeout=120, what="slow.txt done by A")
         rows = _rows(dsn)
-        assert rows["slow.txt"][2:] == (1, 0), "claimed once, no try lost"
+        assert tuple(rows["slow.txt"][2:]) == (1, 0), "claimed once, no try lost"
         for i in range(3):
-            assert rows[f"new-{i}.txt"][2:] == (1, 0), rows[f"new-{i}.txt"]
+            assert tuple(rows[f"new-{i}.txt"][2:]) == (1, 0), rows[f"new-{i}.txt"]
         logs = "".join(output_of(p) for p in (a, b))
         for i in range(3):
             assert logs.count(f"queued new-{i}.txt") == 1, "one replica queued it; the other's enqueue changed nothing"

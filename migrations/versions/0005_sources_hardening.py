@@ -141,6 +141,8 @@ def upgrade() -> None:
         RETURN table_name || ':' || CASE WHEN octet_length(id) > 512
                                          THEN 'sha256:' || encode(sha256(convert_to(id, 'UTF8')), 'hex')
                                          ELSE id END;
+        -- Like the other watch functions: only their owner (the trigger, `watch-table`) calls it.
+        REVOKE EXECUTE ON FUNCTION connector.watch_key(text, text) FROM PUBLIC;
         """
     )
     op.execute(WATCH_ROW_0005)
