@@ -14,7 +14,7 @@ import psycopg
 
 from connector.db.store import Store
 from connector.pipeline import Pipeline
-from connector.sources.files import sha256_regular
+from connector.sources.files import NotRegularFile, TooLarge, sha256_regular
 from connector.sources.folder import FileRef, file_ref, walk
 from connector.worker import Worker
 
@@ -69,8 +69,11 @@ def ingest(
         try:
             digest = sha256_regular(ref.path, worker.max_bytes)  # a FIFO or a huge file is refused unread
         except OSError as exc:
+            # A failed row with the reason, as the watcher records it: never only a line on the terminal.
+            reason = str(exc) if isinstance(exc, TooLarge | NotRegularFile) else f"cannot read: {exc.strerror or exc}"
+            store.record_file_failure(ref.key, str(ref.path.resolve()), ref.mime, reason, None)
             report.counts["failed"] += 1
-            report.failures.append((ref.key, f"cannot read: {exc.strerror or exc}"))
+            report.failures.append((ref.key, reason))
             continue
         row = store.ingest_file(ref.key, ref.path.resolve(), ref.mime, digest, lease_seconds, worker.name)
         outcome = "unchanged" if row is None else worker.process(row)

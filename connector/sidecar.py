@@ -26,7 +26,8 @@ from connector.db.store import Store
 from connector.errors import FatalError, TransientError
 from connector.pipeline import Pipeline
 from connector.settings import NOTIFY_CHANNEL, Settings
-from connector.sources.folder import FolderWatcher, scan
+from connector.sources.folder import scan
+from connector.sources.watcher import FolderWatcher
 from connector.worker import Worker, worker_name
 
 log = logging.getLogger(__name__)

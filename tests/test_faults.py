@@ -185,8 +185,8 @@ BAD_FILES = {
     "a12-script-only.html": (b"<html><head><script>var a = 1;</script></head><body></body></html>", "no visible text"),
     "a13-bad-bytes.html": (b"<html><body><p>caf\xe9</p></body></html>", "not valid UTF-8"),
 }
-# Refused before they are queued: hidden, temporary, unsupported, a symlink out of the folder.
-REFUSED = {".hidden.txt", "notes.txt.part", "picture.png", "escape.txt"}
+# Refused before they are queued: hidden, temporary, a symlink out of the folder (an unsupported type is a failed row).
+REFUSED = {".hidden.txt", "notes.txt.part", "escape.txt"}
 
 
 def test_bad_inputs_fail_with_clear_messages_and_documents_after_them_succeed(
@@ -242,6 +242,7 @@ def test_bad_inputs_fail_with_clear_messages_and_documents_after_them_succeed(
         "r2-garbage-pdf": "PDF",
         "r3-unsupported-type": "unsupported MIME type",
         "r5-outside-roots": "outside the folders",
+        "picture.png": "unsupported file type .png",
     }
     for key, said in expected.items():
         status, error = docs[key]

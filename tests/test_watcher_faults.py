@@ -23,7 +23,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from connector.settings import Settings
-from connector.sources.folder import FolderWatcher, scan
+from connector.sources.folder import scan
+from connector.sources.watcher import FolderWatcher
 from tests.conftest import FIXTURES, child_env, connector_cmd, output_of, wait_for
 
 FAST = {"CONNECTOR_POLL_INTERVAL": "1", "CONNECTOR_SETTLE_SECONDS": "0.3"}
@@ -280,7 +281,7 @@ def test_hostile_names_at_start_and_forged_log_lines(migrated_dsn, start_process
     os.rename(_loop(tmp_path, "loop.md"), inbox / "loop.md")
     with open(os.fsencode(inbox) + b"/bad-\xff.txt", "wb") as f:
         f.write(b"undecodable name")
-    forged = "evil.txt\n2026-01-01 00:00:00,000 ERROR connector: FORGED"
+    forged = "evil\n2026-01-01 00:00:00,000 ERROR connector: FORGED.txt"
     (inbox / forged).write_text("a document whose name carries a log line " * 20)
     shutil.copy(FIXTURES / "apache-2.0.txt", inbox / "good.txt")
     for fmt in ("text", "json"):
@@ -321,7 +322,10 @@ def test_unreadable_files_become_failed_rows(migrated_dsn, tmp_path) -> None:
     shutil.copy(FIXTURES / "apache-2.0.txt", inbox / "good.txt")
     (inbox / "secret.txt").write_text("nobody may read this " * 20)
     os.chmod(inbox / "secret.txt", 0)
-    proc = _unprivileged(tmp_path, "run", "--watch", str(inbox), "--dsn", dsn, "--embedder", "fake")
+    # The server's socket lies in a folder of its own system user: the child reaches it through a proxy of ours.
+    folder = Path(tempfile.mkdtemp(prefix="pgproxy-"))
+    proxy = Proxy(dsn, folder)
+    proc = _unprivileged(tmp_path, "run", "--watch", str(inbox), "--dsn", proxy.dsn, "--embedder", "fake")
     try:
         _wait(proc, lambda: _status(dsn, "good.txt") == "done", 240, "good.txt done")
         status, error, *_ = _rows(dsn)["secret.txt"]
@@ -338,6 +342,8 @@ def test_unreadable_files_become_failed_rows(migrated_dsn, tmp_path) -> None:
         proc.terminate()
         proc.wait(30)
         proc.log.close()  # type: ignore[attr-defined]
+        proxy.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class SlowChat:

@@ -1,60 +1,29 @@
-"""Folder source: queue every supported file in a folder, now and whenever one appears or changes.
+"""Folder source: which files of a folder are documents, and queueing them (`connector run --once`, rescans).
 
-watchdog's observer thread only records which paths had events. A settle thread waits until a path's size and
-modification time stop changing for `settle_seconds` before it hashes and queues the file, so a slow copy is read
-once, whole. A `name.pdf.part` renamed to `name.pdf` arrives as a move event and is handled like a new file.
-
-Deletes and renames are mirrored: a deleted file (or folder) takes its documents and chunks with it, unless
-`keep_deleted`; a renamed file (or folder) keeps its documents, chunks and embeddings under the new key, nothing is
-re-embedded.
-
-Events can be lost (the kernel's inotify queue overflows on a burst; nobody watches while the sidecar is down), so
-the folder is also rescanned: at start, after every reconnection to the database, when watchdog reports an overflow,
-and every `rescan_seconds`. A rescan reads only files whose size or modification time differ from what their row
-was hashed with, and removes the documents of files that are gone.
-
-No file is silently dropped: one that cannot be processed as it is (unreadable, too large, not a regular file, an
-unsupported type, a name that is not UTF-8) becomes a `failed` row with the reason, logged once.
+A file is keyed by its POSIX path relative to the folder. One that cannot be processed as it is (unreadable, too
+large, not a regular file, an unsupported type, a name that is not UTF-8) becomes a `failed` row with the reason,
+logged once: no file is silently dropped. A rescan reads only files whose size or modification time differ from
+what their row was hashed with, and removes the documents of files that are gone. The live watcher is
+`connector.sources.watcher`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
-from watchdog.events import (
-    EVENT_TYPE_CLOSED,
-    EVENT_TYPE_CREATED,
-    EVENT_TYPE_DELETED,
-    EVENT_TYPE_MODIFIED,
-    EVENT_TYPE_MOVED,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
-
 from connector.convert import SUPPORTED, mime_for_path
 from connector.db.database import connect
 from connector.db.store import Store
-from connector.errors import TransientError
-from connector.logs import printable
 from connector.settings import Settings
 from connector.sources.files import NotRegularFile, TooLarge, open_regular, sha256_regular
 
 log = logging.getLogger(__name__)
 
 TEMPORARY_SUFFIXES = (".part", ".partial", ".tmp", ".crdownload", ".download", ".swp", "~")
-
-STALL_SECONDS = 300.0
-"""`check()` reports the watcher stalled when its settle loop has not come round for this long."""
-
-_TICK = 0.2  # seconds between passes of the settle loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +117,7 @@ def walk(root: Path) -> Iterator[FileRef]:
             yield ref
 
 
-def _signature(st: os.stat_result) -> tuple[int, int]:
+def file_signature(st: os.stat_result) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
@@ -156,7 +125,7 @@ def queue_file(store: Store, ref: FileRef, max_bytes: int) -> int | None:
     """Queue a file when it is new or its bytes changed; the document id, or None when nothing was queued. A file
     that cannot be read (or is over `max_bytes`, checked before any byte is read) becomes a failed row."""
     try:
-        signature = _signature(os.stat(ref.path))
+        signature = file_signature(os.stat(ref.path))
         digest = sha256_regular(ref.path, max_bytes)
     except FileNotFoundError:
         return None  # gone since its event; the delete event follows
@@ -177,7 +146,7 @@ def record_refusal(store: Store, refused: Refused, mime: str | None = None) -> N
         log.warning("refusing %s: %s", refused.key, refused.reason)
         return
     try:
-        signature = _signature(os.lstat(refused.path))
+        signature = file_signature(os.lstat(refused.path))
     except OSError:
         signature = None
     path = _text(str(refused.path))
@@ -218,7 +187,7 @@ def _unchanged(path: Path, signature: tuple[int, int]) -> bool:
     """Same size and mtime as when hashed, and still a readable regular file (opened, not read)."""
     try:
         with open_regular(path, None) as (_f, st):
-            return _signature(st) == signature
+            return file_signature(st) == signature
     except OSError:
         return False
 
@@ -237,274 +206,3 @@ def scan(settings: Settings, dsn: str) -> int:
         for path in changed:
             queued += handle(store, root, path, settings.max_document_bytes) is not None
     return queued
-
-
-# Events that mean "the content may have changed". Opening and closing without writing are left out: our own reads
-# (hashing, converting) would otherwise re-trigger the file forever. A chmod arrives as a modified event.
-_CONTENT_EVENTS = {EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED, EVENT_TYPE_CLOSED}
-
-
-class _Events(FileSystemEventHandler):
-    def __init__(self, watcher: FolderWatcher):
-        self.watcher = watcher
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        try:
-            self._dispatch(event)
-        except Exception:  # one odd path must not kill the observer thread; a rescan finds what this missed
-            log.exception("folder event on %s failed; rescanning", printable(os.fsdecode(event.src_path)))
-            self.watcher.request_rescan("a folder event failed")
-
-    def _dispatch(self, event: FileSystemEvent) -> None:
-        src = Path(os.fsdecode(event.src_path))
-        if event.event_type == EVENT_TYPE_DELETED:
-            self.watcher.deleted(src)
-        elif event.event_type == EVENT_TYPE_MOVED:
-            self.watcher.moved(src, Path(os.fsdecode(event.dest_path)), event.is_directory)
-        elif not event.is_directory and event.event_type in _CONTENT_EVENTS:
-            self.watcher.touch(src)
-
-
-class _OverflowHook(logging.Handler):
-    """watchdog reports an inotify queue overflow only as a log record of its own (it rebuilds its watches, but the
-    events are gone): that record makes the watcher rescan. The periodic rescan covers a watchdog that words it
-    otherwise."""
-
-    LOGGER = "watchdog.observers.inotify_c"
-
-    def __init__(self, watcher: FolderWatcher):
-        super().__init__(logging.WARNING)
-        self.watcher = watcher
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if str(record.msg).startswith("Inotify queue overflowed"):
-            self.watcher.request_rescan("the inotify queue overflowed")
-
-
-class FolderWatcher:
-    """Live events plus rescans; queues settled files through its own database connection.
-
-    Nothing one file does stops it: errors are caught per event and per file, a dead observer is restarted (with a
-    rescan for what it missed), and the settle loop reconnects and rescans after any failure. `check()` says when it
-    is not working."""
-
-    def __init__(self, settings: Settings, dsn: str):
-        self.root = settings.watch_dir.resolve()
-        self.dsn = dsn
-        self.settle_seconds = settings.settle_seconds
-        self.keep_deleted = settings.keep_deleted
-        self.max_bytes = settings.max_document_bytes
-        self.rescan_seconds = settings.rescan_seconds
-        self._ops: list[tuple[str, ...]] = []  # deletes and renames, applied by the settle thread in order
-        self._pending: dict[Path, tuple[float, tuple[int, int] | None]] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._rescan_reason: str | None = "start"
-        self._next_rescan = 0.0
-        self._beat = time.monotonic()
-        self._problem: str | None = None  # why it is not working right now (cleared once it works again)
-        self._died: str | None = None
-        self._hook = _OverflowHook(self)
-        self._observer = self._new_observer()
-        self._thread = self._new_thread()
-
-    def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        logging.getLogger(_OverflowHook.LOGGER).addHandler(self._hook)
-        self._observer.start()  # before the first rescan (in the settle thread), so nothing written meanwhile is missed
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stop.set()
-            observer = self._observer
-        logging.getLogger(_OverflowHook.LOGGER).removeHandler(self._hook)
-        observer.stop()
-        if observer.is_alive():
-            observer.join(timeout=5)
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-    def check(self) -> str | None:
-        """None while the watcher works; otherwise one line saying why not. A settle thread that died is started
-        again (the reason is still reported once)."""
-        if self._stop.is_set():
-            return None
-        if not self._thread.is_alive():
-            reason = f"folder watcher thread died: {self._died or 'unknown reason'}; restarted"
-            self._thread = self._new_thread()
-            self._thread.start()
-            return reason
-        if self._problem:
-            return self._problem
-        if (stalled := time.monotonic() - self._beat) > STALL_SECONDS:
-            return f"folder watcher stalled: no progress for {stalled:.0f} s"
-        return None
-
-    def request_rescan(self, reason: str) -> None:
-        with self._lock:
-            self._rescan_reason = self._rescan_reason or reason
-
-    def touch(self, path: Path) -> None:
-        with self._lock:
-            self._pending[path] = (time.monotonic(), None)
-
-    def deleted(self, path: Path) -> None:
-        key = folder_key(self.root, path)
-        with self._lock:
-            self._pending.pop(path, None)
-            if key is not None and not self.keep_deleted:
-                self._ops.append(("delete", key))
-
-    def moved(self, src: Path, dest: Path, is_directory: bool) -> None:
-        old, new = folder_key(self.root, src), folder_key(self.root, dest)
-        # A rename to a name we would not queue (hidden, temporary, unsupported, elsewhere) is a delete.
-        queueable = new is not None and (is_directory or isinstance(inspect(self.root, dest), FileRef))
-        with self._lock:
-            self._pending.pop(src, None)
-            if old is not None and queueable:
-                self._ops.append(("rename", old, new))
-            elif old is not None and not self.keep_deleted:
-                self._ops.append(("delete", old))
-        if not is_directory:
-            self.touch(dest)  # queued if new or changed; a plain rename finds its bytes already stored
-
-    def _new_observer(self) -> Observer:
-        observer = Observer()
-        observer.schedule(_Events(self), str(self.root), recursive=True)
-        return observer
-
-    def _new_thread(self) -> threading.Thread:
-        return threading.Thread(target=self._settle_main, name="folder-settle", daemon=True)
-
-    def _settle_main(self) -> None:
-        try:
-            self._settle_loop()
-        except BaseException as exc:
-            self._died = f"{type(exc).__name__}: {exc}"
-            raise
-
-    def _settle_loop(self) -> None:
-        backoff = 1.0
-        while not self._stop.is_set():
-            try:
-                with connect(self.dsn, autocommit=True) as conn:
-                    store = Store(conn)
-                    backoff = 1.0
-                    self._problem = None
-                    while True:
-                        self._pass(store)
-                        if self._stop.wait(_TICK):
-                            return
-            except (psycopg.OperationalError, TransientError) as exc:
-                self._problem = None  # the database being down is /health's "database" line, not ours
-                log.warning("watcher lost the database (%s); retrying in %.0f s", exc, backoff)
-            except Exception as exc:  # a bug: say so, start over (reconnect and rescan) instead of dying
-                log.exception("folder watcher failed; restarting it")
-                self._problem = f"folder watcher failed: {type(exc).__name__}: {printable(str(exc))}; restarting"
-            self.request_rescan("reconnected")  # whatever happened meanwhile, a rescan catches up with it
-            self._wait(backoff)
-            backoff = min(backoff * 2, 30.0)
-
-    def _wait(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._stop.is_set() and time.monotonic() < deadline:
-            self._beat = time.monotonic()
-            self._stop.wait(min(_TICK, seconds))
-
-    def _pass(self, store: Store) -> None:
-        self._beat = time.monotonic()
-        self._supervise()
-        with self._lock:
-            reason, self._rescan_reason = self._rescan_reason, None
-        if reason is None and self._beat >= self._next_rescan:
-            reason = "periodic"
-        if reason is not None:
-            self._rescan(store, reason)
-        self._apply_ops(store)
-        for path, signature in self._settled():
-            try:
-                handle(store, self.root, path, self.max_bytes)
-            except psycopg.OperationalError:
-                raise  # still pending: queued once the connection is back
-            except Exception:  # one odd file must not stop the watcher
-                log.exception("could not queue %s", printable(str(path)))
-            self._forget(path, signature)
-
-    def _supervise(self) -> None:
-        """Restart watchdog's observer if it or its emitter died (its folder was removed, a read failed)."""
-        observer = self._observer
-        if observer.is_alive() and observer.emitters and all(e.is_alive() for e in observer.emitters):
-            return
-        self._problem = "folder watcher's observer stopped; restarting it"
-        log.warning("%s (%s)", self._problem, self.root)
-        observer.stop()
-        if observer.is_alive():
-            observer.join(timeout=5)
-        self.root.mkdir(parents=True, exist_ok=True)
-        with self._lock:  # stop() takes the lock to set the flag: no observer is started after it
-            if self._stop.is_set():
-                return
-            self._observer = self._new_observer()
-            self._observer.start()
-        self._problem = None
-        self.request_rescan("observer restarted")
-
-    def _rescan(self, store: Store, reason: str) -> None:
-        started = time.monotonic()
-        vanished = rescan(store, self.root, self.keep_deleted, self._rescan_touch)
-        with self._lock:
-            self._ops.extend(("delete", key) for key in vanished)
-        self._next_rescan = time.monotonic() + self.rescan_seconds
-        level = logging.DEBUG if reason == "periodic" else logging.INFO
-        log.log(level, "rescanned %s (%s) in %.1f s", self.root, reason, time.monotonic() - started)
-
-    def _rescan_touch(self, path: Path) -> None:
-        self._beat = time.monotonic()
-        with self._lock:
-            if path not in self._pending:  # a live event's settle clock is not reset
-                self._pending[path] = (time.monotonic(), None)
-
-    def _apply_ops(self, store: Store) -> None:
-        with self._lock:
-            ops, self._ops = self._ops, []
-        for i, op in enumerate(ops):
-            try:
-                if op[0] == "delete":
-                    for doc_id, key in store.delete_folder_documents(op[1]):
-                        log.info("removed %s (document %d): file deleted", key, doc_id)
-                else:
-                    for doc_id, key in store.delete_replaced(op[1], op[2]):  # a file moved over another one
-                        log.info("removed %s (document %d): replaced by a moved file", key, doc_id)
-                    for doc_id, key in store.rename_folder_documents(self.root, op[1], op[2]):
-                        log.info("renamed to %s (document %d)", key, doc_id)
-            except psycopg.OperationalError:
-                with self._lock:
-                    self._ops[:0] = ops[i:]  # keep them for when the connection is back
-                raise
-            except Exception:  # one odd operation must not stop the others (the next rescan repairs it)
-                log.exception("could not apply %s", printable(repr(op)))
-
-    def _settled(self) -> list[tuple[Path, tuple[int, int]]]:
-        """Paths whose size and mtime have been stable for `settle_seconds`. They stay pending until `_forget`, so a
-        batch cut short by a lost connection is picked up again when it is back."""
-        now = time.monotonic()
-        ready = []
-        with self._lock:
-            for path, (since, seen) in list(self._pending.items()):
-                try:
-                    st = path.lstat() if path.is_symlink() else path.stat()
-                except OSError:
-                    st = None
-                signature = _signature(st) if st is not None else (-1, -1)  # gone, or a loop: handle() decides
-                if signature != seen:
-                    self._pending[path] = (now, signature)
-                elif now - since >= self.settle_seconds:
-                    ready.append((path, signature))
-        return ready
-
-    def _forget(self, path: Path, signature: tuple[int, int]) -> None:
-        """Done with `path`, unless it changed (or had another event) while it was being queued."""
-        with self._lock:
-            if self._pending.get(path, (0.0, None))[1] == signature:
-                del self._pending[path]
