@@ -202,16 +202,16 @@ def ingest(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Ingest files once and exit; the exit status is 1 if any document failed."""
-    from connector.convert import SUPPORTED
     from connector.db.database import connect, database
     from connector.ingest import ingest as ingest_files
     from connector.ingest import select
+    from connector.logs import printable
 
     _logging(verbose)
     settings = _settings(dsn, embedder=embedder)
     selection = select(paths)
-    for p in selection.skipped:
-        console.print(f"[yellow]skipped[/yellow] {p}: not a supported file ({SUPPORTED})")
+    for p, reason in selection.skipped:
+        console.print(f"[yellow]skipped[/yellow] {printable(str(p))}: {reason}")
     if selection.clashes:
         keys = ", ".join(selection.clashes)
         console.print(f"[red]error:[/red] several files would share the key {keys}: ingest them separately")

@@ -15,7 +15,7 @@ import psycopg
 from connector.db.store import Store
 from connector.pipeline import Pipeline
 from connector.sources.files import NotRegularFile, TooLarge, sha256_regular
-from connector.sources.folder import FileRef, file_ref, walk
+from connector.sources.folder import FileRef, Refused, inspect, walk_paths
 from connector.worker import Worker
 
 
@@ -31,7 +31,7 @@ class Report:
 class Selection:
     refs: list[FileRef]
     roots: list[Path]
-    skipped: list[Path]
+    skipped: list[tuple[Path, str]]  # files given (or found) that will not be ingested, and why
     clashes: list[str]  # keys that two files would share
 
 
@@ -39,16 +39,25 @@ def select(paths: Sequence[Path]) -> Selection:
     """The supported files under `paths` (folders are walked), keyed as a watcher of that folder would key them."""
     refs: list[FileRef] = []
     roots: list[Path] = []
-    skipped: list[Path] = []
+    skipped: list[tuple[Path, str]] = []
+
+    def take(root: Path, path: Path, named: bool) -> None:
+        found = inspect(root, path)
+        if isinstance(found, FileRef):
+            refs.append(found)
+        elif isinstance(found, Refused):
+            skipped.append((path, found.reason))
+        elif named:  # hidden, temporary: only worth a word when the user named the file
+            skipped.append((path, "hidden or temporary file"))
+
     for p in paths:
         if p.is_dir():
-            refs.extend(walk(p))
+            for path in walk_paths(p):
+                take(p, path, named=False)
             roots.append(p)
-        elif (ref := file_ref(p.parent, p)) is not None:
-            refs.append(ref)
-            roots.append(p.parent)
         else:
-            skipped.append(p)
+            take(p.parent, p, named=True)
+            roots.append(p.parent)
     keys = [r.key for r in refs]
     clashes = sorted({k for k in keys if keys.count(k) > 1})
     return Selection(refs, roots, skipped, clashes)

@@ -21,8 +21,9 @@ class Pipeline:
         self.embedder = embedder
         self.chunkers = chunkers.build(settings.chunking)
         # Shared by the pipelines of one process's workers, so each must be safe to call from several threads: the
-        # coreference heuristic keeps no state between calls, the static model keeps one copy per thread and the
-        # storage embedder (MiniLM) takes one batch at a time (both wrap Rust tokenizers that are not thread-safe).
+        # coreference heuristic keeps no state between calls, the static model keeps one copy per thread, and the
+        # storage embedder (MiniLM) and Maverick take one call at a time (each wraps a Rust tokenizer that is not
+        # thread-safe).
         self.metric_resources = resources or metrics.Resources.load(settings, embedder)
         self.totals = Timer()  # every stage of every document this pipeline ran (read by `connector bench`)
 

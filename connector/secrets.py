@@ -27,13 +27,13 @@ _lock = threading.Lock()
 _known: tuple[str, ...] = ()  # longest first, so that a secret containing another is replaced whole
 
 _URL_PASSWORD = re.compile(r"(?i)(\bpostgres(?:ql)?://[^:/?#@\s]*:)[^@\s]*@")
-_PAIR_PASSWORD = re.compile(r"""(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&'"]+)""")
+_PAIR_PASSWORD = re.compile(r"""(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&'"]+)""")
 _URL = re.compile(r"^\s*postgres(?:ql)?://(.*)$", re.IGNORECASE | re.DOTALL)
 # A `password=` pair as libpq reads it (quoted, or up to a space or `&`) and as meant (up to the next `key=`).
 _PAIR_VALUES = (
-    re.compile(r"""(?i)\bpassword\s*=\s*'((?:[^'\\]|\\.)*)'?"""),
-    re.compile(r"""(?i)\bpassword\s*=\s*([^\s&'][^\s&]*)"""),
-    re.compile(r"""(?i)\bpassword\s*=\s*([^\s'].*?)\s*(?=\s\w+\s*=|&|$)""", re.DOTALL),
+    re.compile(r"""(?i)\b(?:ssl)?password\s*=\s*'((?:[^'\\]|\\.)*)'?"""),
+    re.compile(r"""(?i)\b(?:ssl)?password\s*=\s*([^\s&'][^\s&]*)"""),
+    re.compile(r"""(?i)\b(?:ssl)?password\s*=\s*([^\s'].*?)\s*(?=\s\w+\s*=|&|$)""", re.DOTALL),
 )
 
 
@@ -45,17 +45,20 @@ def dsn_secrets(dsn: str) -> set[str]:
     found: set[str] = set()
     malformed = False
     try:
-        password = conninfo_to_dict(dsn).get("password")
-        if password:
-            found.add(str(password))
+        params = conninfo_to_dict(dsn)
     except ProgrammingError:
-        malformed = True
+        params, malformed = {}, True
+    parsed = {str(v) for k, v in params.items() if k.endswith("password") and v}  # password, sslpassword
     if m := _URL.match(dsn):
-        rest = m.group(1)
+        rest = m.group(1).partition("?")[0]
         first, last = rest.find("@"), rest.rfind("@")
+        if first != last:  # an unencoded '@': what libpq parsed is a fragment, masking it would garble the text
+            parsed = {v for v in parsed if len(v) >= 3}
+    found.update(parsed)
+    if m:
         for end in {first, last} - {-1}:
             user, colon, password = rest[:end].partition(":")
-            if colon and password:
+            if colon and len(password) >= 3:  # shorter fragments would mask every letter they match
                 found.add(password)
         malformed = malformed or first != last
     for pattern in _PAIR_VALUES:

@@ -62,7 +62,14 @@ BAD_DSNS = [
     # valid but unreachable: percent-encoded '@' and space, and a key=value password
     ("postgresql://app:Enc%40ded%20pw@127.0.0.1:5/db", ["Enc%40ded%20pw", "Enc@ded pw"], "error: cannot connect", 1),
     ("host=127.0.0.1 port=5 user=app password=S3cr3t%ZZpw dbname=db", ["S3cr3t%ZZpw"], "error: cannot connect", 1),
-]
+    # the client key's passphrase is a password too, in both forms
+    ("host=127.0.0.1 port=5 user=app password=pw1234 sslpassword=KeyPass99", ["pw1234", "KeyPass99"],
+     "error: cannot connect", 1),
+    ("postgresql://app:Pw1234x@127.0.0.1:5/db?sslpassword=KeyPass99", ["Pw1234x", "KeyPass99"],
+     "error: cannot connect", 1),
+    # a value libpq refuses only when connecting
+    ("postgresql://app:Tm0utPw@127.0.0.1:5/db?connect_timeout=abc", ["Tm0utPw"], "error: invalid DSN", 2),
+]  # fmt: skip
 
 COMMANDS = [
     ("status",),
@@ -72,7 +79,9 @@ COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize(("dsn", "secrets", "starts", "status"), BAD_DSNS, ids=[f"dsn{i}" for i in range(6)])
+@pytest.mark.parametrize(
+    ("dsn", "secrets", "starts", "status"), BAD_DSNS, ids=[f"dsn{i}" for i in range(len(BAD_DSNS))]
+)
 def test_no_command_prints_a_password_of_a_bad_or_unreachable_dsn(
     tmp_path: Path, dsn: str, secrets: list[str], starts: str, status: int
 ) -> None:

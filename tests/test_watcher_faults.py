@@ -423,3 +423,55 @@ def test_replicas_restarting_next_to_each_other_steal_nothing(migrated_dsn, star
             assert logs.count(f"queued new-{i}.txt") == 1, "one replica queued it; the other's enqueue changed nothing"
     finally:
         chat.close()
+
+
+def test_a_folder_that_cannot_be_listed_keeps_its_documents(migrated_dsn, tmp_path) -> None:
+    """A rescan that could not list a subfolder (permissions) took its files for deleted and removed their chunks."""
+    dsn = migrated_dsn
+    inbox = tmp_path / "inbox"
+    (inbox / "sub").mkdir(parents=True)
+    shutil.copy(FIXTURES / "apache-2.0.txt", inbox / "sub" / "a.txt")
+    shutil.copy(FIXTURES / "debian-manifesto.txt", inbox / "top.txt")
+    folder = Path(tempfile.mkdtemp(prefix="pgproxy-"))
+    proxy = Proxy(dsn, folder)
+    args = ("run", "--watch", str(inbox), "--dsn", proxy.dsn, "--embedder", "fake")
+    proc = _unprivileged(tmp_path, *args)
+    try:
+        _wait(proc, lambda: _status(dsn, "sub/a.txt") == _status(dsn, "top.txt") == "done", 240, "both done")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        proc.log.close()  # type: ignore[attr-defined]
+    os.chmod(inbox / "sub", 0)
+    (tmp_path / "unprivileged.log").unlink()
+    proc = _unprivileged(tmp_path, *args)  # its start rescans the folder, and `sub` cannot be listed
+    try:
+        _wait(proc, lambda: "cannot list" in output_of(proc), 240, "the rescan met the unlistable folder")
+        shutil.copy(FIXTURES / "apache-2.0.txt", inbox / "later.txt")
+        _wait(proc, lambda: _status(dsn, "later.txt") == "done", 120, "a later file done")
+        assert _status(dsn, "sub/a.txt") == "done", "its document and chunks are kept"
+        assert "removed sub/a.txt" not in output_of(proc)
+    finally:
+        os.chmod(inbox / "sub", 0o755)
+        proc.terminate()
+        proc.wait(30)
+        proc.log.close()  # type: ignore[attr-defined]
+        proxy.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_path_too_long_for_a_key_is_a_failed_row_and_intake_goes_on(settings: Settings) -> None:
+    """A relative path over Postgres's index row limit made every insert fail as if the database were gone: intake
+    stopped for good behind it, and /health said ok."""
+    inbox = settings.watch_dir
+    deep = inbox.joinpath(*[f"{'d' * 200}{i}" for i in range(14)])  # ~2,800 bytes of key
+    deep.mkdir(parents=True)
+    (deep / "far.txt").write_text("far away " * 50)
+    dsn = settings.dsn.get_secret_value()
+    with watching(settings) as watcher:
+        wait_for(lambda: any("path too long" in (r[1] or "") for r in _rows(dsn).values()), what="long path refused")
+        (inbox / "later.txt").write_text("a later file " * 50)
+        wait_for(lambda: _status(dsn, "later.txt") == "pending", what="a later file queued")
+        assert watcher.check() is None
+    [(key, row)] = [(k, r) for k, r in _rows(dsn).items() if k != "later.txt"]
+    assert row[0] == "failed" and len(key.encode()) <= 1024 and "sha256:" in key

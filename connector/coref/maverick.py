@@ -9,6 +9,7 @@ when none precedes it (algorithm-spec §4).
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Protocol
 
 from connector.coref.base import Pair, is_english
@@ -25,6 +26,9 @@ class MaverickCoref:
 
     def __init__(self, model: MaverickModel):
         self._model = model
+        # Worker threads share one backend; Maverick wraps a Hugging Face fast tokenizer, which is not thread-safe
+        # ("Already borrowed"), and a torch model that already uses every core: one document at a time.
+        self._lock = threading.Lock()
 
     @classmethod
     def from_checkpoint(cls, path: str) -> MaverickCoref:
@@ -37,7 +41,9 @@ class MaverickCoref:
     def pairs(self, text: str) -> list[Pair] | None:
         if not is_english(text):
             return None
-        return pairs_from_clusters(text, self._model.predict(text).get("clusters_char_offsets") or [])
+        with self._lock:
+            prediction = self._model.predict(text)
+        return pairs_from_clusters(text, prediction.get("clusters_char_offsets") or [])
 
 
 def pairs_from_clusters(text: str, clusters: list[list[tuple[int, int]]]) -> list[Pair]:

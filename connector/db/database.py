@@ -29,7 +29,8 @@ def redact(dsn: str) -> str:
         params = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         return _masked(dsn)
-    params.pop("password", None)
+    for key in [k for k in params if k.endswith("password")]:  # password, sslpassword
+        del params[key]
     return make_conninfo(**params)
 
 
@@ -93,6 +94,8 @@ def connect(dsn: str, **kwargs) -> psycopg.Connection:
         conn = psycopg.connect(dsn, **kwargs)
     except psycopg.OperationalError as exc:
         raise _cannot_connect(dsn, exc) from exc
+    except psycopg.ProgrammingError as exc:  # a value libpq refuses (connect_timeout=abc): the DSN is wrong
+        raise FatalError(f"invalid DSN {_masked(dsn)}: {secrets.scrub(str(exc))}") from None
     try:
         register_vector(conn)
     except psycopg.ProgrammingError:

@@ -9,6 +9,7 @@ what their row was hashed with, and removes the documents of files that are gone
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -62,6 +63,19 @@ def _text(name: str) -> str:
     return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
+MAX_KEY_BYTES = 1024
+"""Longer relative paths are refused (as a failed row under a shortened key): a key must fit Postgres's unique index
+(about 2,700 bytes), and no real document path comes near this."""
+
+
+def _bounded(key: str) -> str:
+    """`key` itself, or for an over-long one its first part and a digest of the whole: unique, and short enough."""
+    if len(key.encode()) <= MAX_KEY_BYTES:
+        return key
+    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
+    return key.encode()[: MAX_KEY_BYTES - 80].decode("utf-8", "ignore") + f"…sha256:{digest}"
+
+
 def inspect(root: Path, path: Path) -> FileRef | Refused | None:
     """What `path` is to the watcher: a file to queue, a refused one, or None (hidden, temporary, a folder, gone).
     Never raises for an odd path (symlink loops, undecodable names, vanished files)."""
@@ -70,6 +84,8 @@ def inspect(root: Path, path: Path) -> FileRef | Refused | None:
     if key is None or key.endswith(TEMPORARY_SUFFIXES):
         return None
     full = root / Path(os.path.abspath(path)).relative_to(root)
+    if (short := _bounded(key)) != key:
+        return Refused(full, short, f"path too long: {len(key.encode())} bytes (limit {MAX_KEY_BYTES})", True)
     try:
         if not os.path.lexists(full) or (os.path.isdir(full) and not os.path.islink(full)):
             return None
@@ -97,11 +113,14 @@ def file_ref(root: Path, path: Path) -> FileRef | None:
     return found if isinstance(found, FileRef) else None
 
 
-def walk_paths(root: Path) -> Iterator[Path]:
-    """Every non-hidden file path under `root`, sorted; folders that cannot be listed are skipped with a warning."""
+def walk_paths(root: Path, unlisted: list[Path] | None = None) -> Iterator[Path]:
+    """Every non-hidden file path under `root`, sorted; folders that cannot be listed are skipped with a warning
+    (and added to `unlisted`)."""
 
     def unlistable(exc: OSError) -> None:
         log.warning("cannot list %s: %s", _text(str(exc.filename)), exc.strerror)
+        if unlisted is not None and exc.filename is not None:
+            unlisted.append(Path(os.fsdecode(exc.filename)))
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -170,7 +189,8 @@ def rescan(store: Store, root: Path, keep_deleted: bool, changed: Callable[[Path
     documents whose files are gone (to be deleted unless `keep_deleted`)."""
     known = store.folder_signatures(root)
     seen: set[str] = set()
-    for path in walk_paths(root):
+    unlisted: list[Path] = []
+    for path in walk_paths(root, unlisted):
         key = folder_key(root, path)
         if key is None:
             continue
@@ -180,7 +200,21 @@ def rescan(store: Store, root: Path, keep_deleted: bool, changed: Callable[[Path
             changed(path)
     if keep_deleted:
         return []
-    return [key for key, (file_path, _, _) in known.items() if key not in seen and not os.path.lexists(file_path)]
+    # A folder that could not be listed (permissions, an I/O error) hides its files: they are not gone.
+    hidden = tuple(str(p) + os.sep for p in unlisted)
+    return [key for key, (file_path, _, _) in known.items()
+            if key not in seen and not file_path.startswith(hidden) and _gone(file_path)]  # fmt: skip
+
+
+def _gone(file_path: str) -> bool:
+    """Only a path that does not exist is gone; one we may not look at (EACCES, EIO) is kept."""
+    try:
+        os.lstat(file_path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _unchanged(path: Path, signature: tuple[int, int]) -> bool:

@@ -234,10 +234,15 @@ class FolderWatcher:
             self._rescan(store, reason)
         self._apply_ops(store)
         for path, signature in self._settled():
+            if self._stop.is_set():  # a long batch must not hold up a shutdown
+                return
             try:
                 handle(store, self.root, path, self.max_bytes)
             except psycopg.OperationalError:
-                raise  # still pending: queued once the connection is back
+                if store.conn.broken:
+                    raise  # still pending: queued once the connection is back
+                # Not the connection (a limit the row exceeds, a statement timeout...): this file only.
+                log.exception("could not queue %s", printable(str(path)))
             except Exception:  # one odd file must not stop the watcher
                 log.exception("could not queue %s", printable(str(path)))
             self._forget(path, signature)
@@ -290,6 +295,9 @@ class FolderWatcher:
                     for doc_id, key in store.rename_folder_documents(self.root, op[1], op[2]):
                         log.info("renamed to %s (document %d)", key, doc_id)
             except psycopg.OperationalError:
+                if not store.conn.broken:  # this operation only; the next rescan repairs it
+                    log.exception("could not apply %s", printable(repr(op)))
+                    continue
                 with self._lock:
                     self._ops[:0] = ops[i:]  # keep them for when the connection is back
                 raise

@@ -153,6 +153,9 @@ def downgrade() -> None:
     op.execute(
         """
         DROP FUNCTION connector.watch_key(text, text);
+        -- the code of revision 0003 reads the page count from metadata: give it back where the user left room
+        UPDATE connector.documents SET metadata = metadata || jsonb_build_object('pages', page_count)
+        WHERE page_count IS NOT NULL AND jsonb_typeof(metadata) = 'object' AND NOT metadata ? 'pages';
         ALTER TABLE connector.documents DROP COLUMN page_count;
         """
     )
