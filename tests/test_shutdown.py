@@ -29,8 +29,9 @@ def _insert_big(dsn: str) -> None:
 def _row(dsn: str) -> tuple:
     with psycopg.connect(dsn) as conn:
         return conn.execute(
-            "SELECT status, claimed_by, lease_expires_at FROM connector.documents WHERE source_key = 'big'"
-        ).fetchone()
+            "SELECT status, claimed_by, lease_expires_at FROM connector.documents "
+            "WHERE source_key IN ('big', 'big.txt')"
+        ).fetchone() or (None, None, None)
 
 
 def _processing(dsn: str) -> bool:
@@ -62,12 +63,24 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.parametrize("signals", [1, 2], ids=["one-sigterm", "two-sigterms"])
-def test_sigterm_keeps_the_grace_and_hands_the_document_back(migrated_dsn, start_process, signals: int) -> None:
+@pytest.mark.parametrize(
+    ("signals", "watch"), [(1, False), (2, False), (1, True)], ids=["one-sigterm", "two-sigterms", "watching"]
+)
+def test_sigterm_keeps_the_grace_and_hands_the_document_back(
+    migrated_dsn, start_process, tmp_path: Path, signals: int, watch: bool
+) -> None:
     dsn = migrated_dsn
-    proc = start_process("run", "--no-watch", "--dsn", dsn, "--embedder", "fake", **ENV)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    source = ("--watch", str(inbox)) if watch else ("--no-watch",)
+    proc = start_process("run", *source, "--dsn", dsn, "--embedder", "fake", **ENV)
     wait_for(lambda: "connector running" in output_of(proc), timeout=120, what="sidecar start")
-    _insert_big(dsn)
+    if watch:  # the folder watcher has to stop within the grace too
+        (inbox / "big.txt").write_text(BIG)
+        for i in range(200):
+            (inbox / f"small-{i:03d}.txt").write_text(f"Small file {i}. " * 30)
+    else:
+        _insert_big(dsn)
     wait_for(lambda: _processing(dsn), timeout=30, what="the big document claimed")
     time.sleep(2)  # well inside the pipeline now
     helpers = _descendants(proc.pid)
