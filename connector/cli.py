@@ -168,6 +168,9 @@ def run(
     try:
         with _errors(), database(settings) as url:
             pipelines = _pipelines(settings, url, no_migrate=no_migrate)
+            if stop.is_set():  # SIGTERM while starting (loading models): stop here, having started nothing
+                console.print("stopped before starting")
+                return
             if not once:
                 where = "rows of connector.documents" if no_watch else f"files into {settings.watch_dir.resolve()}"
                 console.print(f"[green]connector running[/green] ({settings.workers} worker(s)); drop {where}")

@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from connector import secrets
 from connector.db.database import connect
 from connector.db.store import Store
 
@@ -88,7 +89,8 @@ class HealthServer:
             database = "ok"
         except Exception as exc:  # any failure to reach it is "down" for a health check
             DATABASE_UP.set(0)
-            depth, database = {}, f"unreachable: {type(exc).__name__}"
+            # The reason, on one line and scrubbed (connection errors carry the DSN, already without its password)
+            depth, database = {}, f"unreachable: {secrets.scrub(' '.join(str(exc).split()))[:300]}"
         problems = self.problems()
         ok = database == "ok" and alive == self.workers and not problems
         return {"status": "ok" if ok else "degraded", "database": database, "workers": self.workers,

@@ -144,7 +144,10 @@ class Worker:
             while not done.wait(self.lease_seconds / 3):
                 try:
                     if not self.store.heartbeat(row, self.lease_seconds):
-                        log.warning("lost the lease on %s", row.source_key)
+                        # Requeued meanwhile (new bytes or content) or claimed again after a stall: this result
+                        # will not be written (the claim token decides), the newer pass will.
+                        log.warning("%s is no longer ours (requeued or claimed again); its result will be dropped",
+                                    row.source_key)  # fmt: skip
                         return
                 except psycopg.Error as exc:  # keep trying: the next beat may get through before the lease ends
                     log.warning("heartbeat failed for %s: %s", row.source_key, exc)

@@ -10,6 +10,7 @@ Two metric encoders (`CONNECTOR_METRICS_MODEL`):
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import io
 import logging
@@ -38,22 +39,25 @@ class MetricEncoder(Protocol):
 
 class StaticEncoder:
     """One model per thread: model2vec's Rust tokenizer is not thread-safe (`encode` toggles truncation on the
-    shared tokenizer, and a second thread doing so at the same time gets `RuntimeError: Already borrowed`). A copy
-    costs ~15 MB and a fraction of a second, once per worker thread."""
+    shared tokenizer, and a second thread doing so at the same time gets `RuntimeError: Already borrowed`). The model
+    is read from disk once, at start; each thread encodes with an in-memory copy of it (~15 MB, ~50 ms), so nothing
+    after the start depends on the model folder still being there."""
 
     name = f"static:all-MiniLM-L6-v2/model2vec-{STATIC_DIMS}"
 
     def __init__(self, models_dir: Path):
-        self._path = static_model_path(models_dir)
+        from model2vec import StaticModel
+
+        self._template = StaticModel.from_pretrained(str(static_model_path(models_dir)), normalize=True)
+        self._copy_lock = threading.Lock()  # the template is only ever copied, one copy at a time, never used
         self._local = threading.local()
-        self.dim = self._model().dim  # loads the calling thread's copy now: a broken model fails at start
+        self.dim = self._template.dim
 
     def _model(self):
         model = getattr(self._local, "model", None)
         if model is None:
-            from model2vec import StaticModel
-
-            model = self._local.model = StaticModel.from_pretrained(str(self._path), normalize=True)
+            with self._copy_lock:
+                model = self._local.model = copy.deepcopy(self._template)
         return model
 
     def embed(self, texts: list[str]) -> np.ndarray:
