@@ -239,6 +239,59 @@ def ingest(
 
 
 @app.command()
+def search(
+    question: Annotated[str, typer.Argument(help="What to look for, in words.")],
+    k: Annotated[int, typer.Option("--k", min=1, help="How many chunks.")] = 5,
+    hybrid: Annotated[
+        bool, typer.Option("--hybrid/--vector", help="Fuse full-text and vector ranks (default), or vectors only.")
+    ] = True,
+    filter_json: Annotated[
+        str | None,
+        typer.Option(
+            "--filter", help='JSON: {"metadata": {...}, "source": ..., "source_key_prefix": ..., "chunk_type": ...}'
+        ),
+    ] = None,  # fmt: skip
+    context: Annotated[int, typer.Option("--context", min=0, help="Neighbours on each side joined to a hit.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    print_vector: Annotated[
+        bool, typer.Option("--print-vector", help="Print the question's vector as a SQL literal, and exit.")
+    ] = False,
+    dsn: DsnOption = None,
+    embedder: EmbedderOption = None,
+) -> None:
+    """Search the chunks with a question: the same `connector.search()` SQL function every tool calls."""
+    import json
+
+    from connector import search as searching
+    from connector.db.database import connect, database, require_migrated
+    from connector.embedders import embedder_class, load
+
+    _logging(False, quiet=True)
+    try:
+        filters = json.loads(filter_json) if filter_json else {}
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--filter is not JSON: {exc}") from None
+    if not isinstance(filters, dict):
+        raise typer.BadParameter("--filter must be a JSON object")
+    settings = _settings(dsn, embedder=embedder)
+    with _errors():
+        if print_vector:
+            model = load(settings.embedder, settings.embed_batch_size)
+            print(searching.vector_literal(searching.query_vector(model, question)))
+            return
+        with database(settings) as url:
+            require_migrated(url)
+            with connect(url) as conn:
+                searching.check_model(conn, embedder_class(settings.embedder))
+                model = load(settings.embedder, settings.embed_batch_size)
+                results = searching.search(conn, model, question, k=k, hybrid=hybrid, filter=filters, context=context)
+    if as_json:
+        print(json.dumps([reports.search_row(r) for r in results], indent=2, ensure_ascii=False))
+    else:
+        Console().print(reports.search_table(question, results))
+
+
+@app.command()
 def migrate(
     dsn: DsnOption = None,
     revision: Annotated[str, typer.Option(help="Target revision.")] = "head",

@@ -230,3 +230,26 @@ def strategy_print(payload: list[dict]) -> None:
         values = (_num(r[k]) for k in ("rc", "icc", "dcc", "bi", "sc", "score"))
         table.add_row(r["strategy"], str(r["documents"]), str(r["wins"]), share, *values, f"{r['chunks']:.0f}")
     console().print(table)
+
+
+def search_row(result) -> dict:
+    """One `connector search` result as JSON: the hit's columns, and its passage when asked for."""
+    from dataclasses import asdict
+
+    row = asdict(result.hit)
+    if result.passage is not None:
+        row["context"] = asdict(result.passage)
+    return row
+
+
+def search_table(question: str, results) -> Table:
+    """`connector search`: best first, with where each hit sits and the start of its text."""
+    table = Table("#", "score", "document", "section", "pages", "text", title=f"search: {question}")
+    for i, r in enumerate(results, 1):
+        hit = r.hit
+        pages = "" if hit.page_start is None else f"{hit.page_start}" + (
+            f"–{hit.page_end}" if hit.page_end not in (None, hit.page_start) else "")  # fmt: skip
+        text = (r.passage.text if r.passage is not None else hit.text).strip()
+        snippet = " ".join(text.split())[:200]
+        table.add_row(str(i), f"{hit.score:.4f}", hit.source_key, " › ".join(hit.section_path), pages, snippet)
+    return table

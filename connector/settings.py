@@ -89,6 +89,17 @@ class MetricsSettings(BaseSettings):
     window_tokens: int = Field(3000, description="DCC window size in tokens.")
 
 
+class SearchSettings(BaseSettings):
+    """`connector.search()` (migration 0006)."""
+
+    model_config = SettingsConfigDict(env_prefix="CONNECTOR_SEARCH_", env_file=".env", extra="ignore")
+
+    text_config: str = Field(
+        "english", description="Text search configuration of the full-text index (read when migrating; `simple` "
+        "for text that is not English)."
+    )  # fmt: skip
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CONNECTOR_", env_file=".env", extra="ignore")
 
@@ -132,6 +143,7 @@ class Settings(BaseSettings):
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     weights: ScoringSettings = Field(default_factory=ScoringSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    search: SearchSettings = Field(default_factory=SearchSettings)
 
     @property
     def pgdata(self) -> Path:

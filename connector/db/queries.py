@@ -371,3 +371,8 @@ PURGE_TABLE_DOCUMENTS = """
 DELETE FROM connector.documents
 WHERE source = 'table' AND left(source_key, length(%(prefix)s) + 1) = %(prefix)s || ':'
 """
+
+# `connector search` and every other reader: the SQL function of migration 0006 is the one search path.
+SEARCH = "SELECT * FROM connector.search(%(embedding)s, %(text)s, %(k)s, %(filter)s)"
+
+SEARCH_CONTEXT = "SELECT * FROM connector.search_context(%(chunk_id)s, %(neighbours)s)"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from connector.db import queries
@@ -76,6 +77,35 @@ class ClaimedRow:
             mime_type=mime,
             content_hash=hashlib.sha256(data).hexdigest(),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """A row of `connector.search()`, best first."""
+
+    chunk_id: int
+    document_id: int
+    source_key: str
+    title: str | None
+    text: str
+    section_path: list[str]
+    page_start: int | None
+    page_end: int | None
+    chunk_type: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """A row of `connector.search_context()`: a hit and its neighbours as one span of the document."""
+
+    document_id: int
+    first_chunk_id: int
+    last_chunk_id: int
+    text: str
+    section_path: list[str]
+    page_start: int | None
+    page_end: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +316,16 @@ class Store:
                 return None, [], 0
             rows = self.conn.execute(queries.CANDIDATES_OF, (matches[0][0],)).fetchall()
         return matches[0], rows, len(matches)
+
+    def search(self, embedding, text: str | None, k: int, filter: dict) -> list[SearchHit]:  # noqa: A002
+        params = {"embedding": embedding, "text": text, "k": k, "filter": Jsonb(filter)}
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(SearchHit)) as cur:
+            return cur.execute(queries.SEARCH, params).fetchall()
+
+    def search_context(self, chunk_id: int, neighbours: int) -> Passage | None:
+        params = {"chunk_id": chunk_id, "neighbours": neighbours}
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(Passage)) as cur:
+            return cur.execute(queries.SEARCH_CONTEXT, params).fetchone()
 
     def strategy_report(self) -> list[tuple]:
         with self.conn.transaction():
