@@ -95,6 +95,7 @@ RETURN (NOT filter ? 'metadata' OR metadata @> (filter -> 'metadata'))
                ELSE chunk_type = filter ->> 'chunk_type' END);
 """
 
+
 def _config() -> str:
     config = Settings().search.text_config
     if not config.replace("_", "").isalnum():  # a regconfig name, quoted into the DDL below
