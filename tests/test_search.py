@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 
 from connector.db.database import connect, ensure_embedding_model
 from connector.embedders import load
+from connector.errors import EmbeddingModelMismatch
 from connector.pipeline import Pipeline
 from connector.settings import Settings
 from connector.worker import Worker
@@ -212,3 +213,31 @@ def test_the_readmes_psql_search_snippet_works_when_pasted(corpus: str, tmp_path
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "(5 rows)" in out.stdout and "(3 rows)" in out.stdout and "manuals/dockerfile" in out.stdout, out.stdout
+
+
+def test_the_python_client_searches_with_the_databases_model(corpus: str, settings: Settings) -> None:
+    import connector
+
+    with connector.Client(corpus, settings) as client:
+        results = client.search("mount a volume to keep data", 3, context=1)
+        vector_only = client.search("mount a volume to keep data", 3, hybrid=False)
+        only_manual = client.search("container", 5, filter={"source_key_prefix": "manual/"})
+    assert results[0].hit.source_key == "topics/volumes" and results[0].passage is not None
+    assert vector_only[0].hit.source_key == "topics/volumes"
+    assert only_manual and {r.hit.source_key for r in only_manual} == {"manual/dockerfile"}
+    with pytest.raises(EmbeddingModelMismatch, match="stored vectors come from"):
+        connector.Client(corpus, settings.model_copy(update={"embedder": "minilm"}))
+
+
+def test_the_langchain_retriever_returns_documents_with_their_place(corpus: str, settings: Settings) -> None:
+    import connector
+    from connector.integrations.langchain import ConnectorRetriever
+
+    with connector.Client(corpus, settings) as client:
+        docs = ConnectorRetriever(client=client, k=2).invoke("flux capacitor calibration")
+        with_context = ConnectorRetriever(client=client, k=1, context=1, filter={"source_key_prefix": "manual/"})
+        [passage] = with_context.invoke("the HEALTHCHECK instruction")
+    assert docs[0].metadata["source_key"] == "topics/flux" and "XJ42" in docs[0].page_content
+    assert {"chunk_id", "section_path", "page_start", "chunk_type", "score"} <= set(docs[0].metadata)
+    assert passage.metadata["first_chunk_id"] < passage.metadata["last_chunk_id"]
+    assert passage.metadata["source_key"] == "manual/dockerfile"

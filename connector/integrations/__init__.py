@@ -1,0 +1,1 @@
+"""RAG framework adapters over `connector.search()` (optional extras: `pip install '.[langchain]'`)."""
