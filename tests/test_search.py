@@ -241,3 +241,19 @@ def test_the_langchain_retriever_returns_documents_with_their_place(corpus: str,
     assert {"chunk_id", "section_path", "page_start", "chunk_type", "score"} <= set(docs[0].metadata)
     assert passage.metadata["first_chunk_id"] < passage.metadata["last_chunk_id"]
     assert passage.metadata["source_key"] == "manual/dockerfile"
+
+
+def test_the_readmes_python_search_snippets_run(corpus: str, monkeypatch, capsys) -> None:
+    import re
+
+    from tests.conftest import REPO
+
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S) if "DSN)" in b]
+    assert len(blocks) == 2
+    monkeypatch.setenv("CONNECTOR_EMBEDDER", "fake")  # the corpus was embedded with the fake model
+    namespace: dict = {"DSN": corpus}
+    for block in blocks:
+        exec(block, namespace)  # noqa: S102 - the README's own code, as a user pastes it
+    assert "topics/volumes" in capsys.readouterr().out
+    assert namespace["docs"] and namespace["docs"][0].page_content
+    namespace["retriever"].client.close()
