@@ -2,11 +2,13 @@
 
 - `chunks.search_tsv`: a generated `tsvector` of the chunk text with a GIN index, in the text search configuration
   `CONNECTOR_SEARCH_TEXT_CONFIG` (`english`; `simple` for text that is not English) read when this migration runs.
-- `connector.search(query_embedding, query_text, k, filter)`: the one search path every other tool calls. Without
-  `query_text` it ranks by cosine similarity through the HNSW index (score = 1 - cosine distance); with it, it fuses
-  the vector ranking and the full-text ranking (each over the best `greatest(4 k, 40)` chunks) by reciprocal rank
-  fusion, score = Σ 1 / (60 + rank). `filter` narrows by `metadata` (containment), `source`, `source_key_prefix`
-  and `chunk_type` (a string or an array of them).
+- `connector.search(query_embedding, query_text, k, filter, text_weight)`: the one search path every other tool
+  calls. Without `query_text` it ranks by cosine similarity through the HNSW index (score = 1 - cosine distance);
+  with it, it fuses the vector ranking and the full-text ranking (each over the best `greatest(4 k, 40)` chunks)
+  by weighted reciprocal rank fusion: score = 1 / (60 + vector rank) + text_weight / (60 + text rank), with
+  `text_weight` 0.5 by default. Measured on the dev QA (MiniLM, k = 5), recall@5 / MRR: vectors only
+  0.817 / 0.615, weight 1 0.800 / 0.632, weight 0.5 0.833 / 0.627 (the same recall from 0.25 to 0.75). `filter`
+  narrows by `metadata` (containment), `source`, `source_key_prefix` and `chunk_type` (a string or an array).
 - `connector.search_context(chunk_id, neighbours)`: a hit with `neighbours` chunks on each side as one passage,
   cut from the document's Markdown (so the whitespace between chunks is the document's own), with its page range.
 
@@ -27,7 +29,8 @@ depends_on = None
 # NOTE: the candidate pool of each ranking; RRF's constant 60 is the value of Cormack et al. (2009).
 SEARCH = """
 CREATE FUNCTION connector.search(
-    query_embedding vector, query_text text DEFAULT NULL, k integer DEFAULT 10, filter jsonb DEFAULT '{{}}'::jsonb)
+    query_embedding vector, query_text text DEFAULT NULL, k integer DEFAULT 10, filter jsonb DEFAULT '{{}}'::jsonb,
+    text_weight double precision DEFAULT 0.5)
 RETURNS TABLE (chunk_id bigint, document_id bigint, source_key text, title text, text text, section_path text[],
                page_start integer, page_end integer, chunk_type text, score double precision)
 LANGUAGE plpgsql STABLE
@@ -68,8 +71,9 @@ BEGIN
         ORDER BY ts_rank_cd(c.search_tsv, tq) DESC, c.id
         LIMIT pool
     ), fused AS (
-        SELECT ranked.id, sum(1.0 / (60 + ranked.r))::double precision AS s
-        FROM (SELECT * FROM vec UNION ALL SELECT * FROM fts) AS ranked
+        SELECT ranked.id, sum(ranked.w / (60 + ranked.r))::double precision AS s
+        FROM (SELECT vec.id, vec.r, 1.0::double precision AS w FROM vec
+              UNION ALL SELECT fts.id, fts.r, text_weight FROM fts) AS ranked
         GROUP BY ranked.id
     )
     SELECT c.id, c.document_id, d.source_key, d.title, c.text, c.section_path, c.page_start, c.page_end,
@@ -139,7 +143,7 @@ def downgrade() -> None:
     op.execute(
         """
         DROP FUNCTION IF EXISTS connector.search_context(bigint, integer);
-        DROP FUNCTION IF EXISTS connector.search(vector, text, integer, jsonb);
+        DROP FUNCTION IF EXISTS connector.search(vector, text, integer, jsonb, double precision);
         DROP FUNCTION IF EXISTS connector.search_matches(jsonb, jsonb, text, text, text);
         DROP INDEX IF EXISTS connector.chunks_search_tsv_gin;
         ALTER TABLE connector.chunks DROP COLUMN IF EXISTS search_tsv;
