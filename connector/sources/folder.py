@@ -105,14 +105,6 @@ def inspect(root: Path, path: Path) -> FileRef | Refused | None:
     return FileRef(path=full, key=key, mime=mime)
 
 
-def file_ref(root: Path, path: Path) -> FileRef | None:
-    """The queueable file at `path`, or None for hidden, temporary, unsupported or escaping paths."""
-    found = inspect(root, path)
-    if isinstance(found, Refused) and not found.recorded:
-        log.warning("refusing %s: %s", found.key, found.reason)
-    return found if isinstance(found, FileRef) else None
-
-
 def walk_paths(root: Path, unlisted: list[Path] | None = None) -> Iterator[Path]:
     """Every non-hidden file path under `root`, sorted; folders that cannot be listed are skipped with a warning
     (and added to `unlisted`)."""
@@ -127,13 +119,6 @@ def walk_paths(root: Path, unlisted: list[Path] | None = None) -> Iterator[Path]
         for name in sorted(filenames):
             if not name.startswith("."):
                 yield Path(dirpath) / name
-
-
-def walk(root: Path) -> Iterator[FileRef]:
-    for path in walk_paths(root):
-        ref = file_ref(root, path)
-        if ref is not None:
-            yield ref
 
 
 def file_signature(st: os.stat_result) -> tuple[int, int]:
