@@ -11,7 +11,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and pinned: left to the resolver it pulls a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	# -qq: setuptools prints an "editable installation" notice for every flat-layout editable install; errors still show.
+	$(BIN)/python -m pip install -qq -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
