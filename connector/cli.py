@@ -15,15 +15,39 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from connector import reports
 from connector.errors import ConnectorError, FatalError, TransientError
 from connector.settings import Settings
 
 
+def _untyped_flags(params: list) -> list:
+    # NOTE: typer's help prints a type beside every option, flags included (`--once <bool>`, even `--help <bool>`),
+    # as if they took a value; neither `--x/--no-x` nor `is_flag=True` changes that, an empty metavar does.
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class _Command(TyperCommand):
+    def get_params(self, ctx) -> list:
+        return _untyped_flags(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    def get_params(self, ctx) -> list:
+        return _untyped_flags(super().get_params(ctx))
+
+
 class _App(typer.Typer):
     """Typer installs its own `sys.excepthook` when called; ours goes back in after it, so that an uncaught
-    exception is printed scrubbed of the settings' secrets (a message can carry a DSN)."""
+    exception is printed scrubbed of the settings' secrets (a message can carry a DSN). Its commands' help shows
+    flags without a type."""
+
+    def command(self, *args, cls: type[TyperCommand] = _Command, **kwargs):
+        return super().command(*args, cls=cls, **kwargs)
 
     def __call__(self, *args, **kwargs):
         try:
@@ -35,7 +59,7 @@ class _App(typer.Typer):
 
 
 # Locals in tracebacks would print DSNs and keys: never show them.
-app = _App(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False)
+app = _App(cls=_Group, add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False)
 console = Console(stderr=True, soft_wrap=True)  # soft wrap: a printed command stays copyable
 
 DsnOption = Annotated[
@@ -497,6 +521,7 @@ def eval_(
         print(json.dumps(reports.eval_payload(k, questions, results), indent=2))
         return
     reports.console().print(reports.eval_table(k, results))
+    reports.console().print(reports.search_kinds_table(k, results[0]))
     if results[0].winners:
         console.print("adaptive winners: " + ", ".join(f"{n} {name}" for name, n in results[0].winners.items()))
 

@@ -1,14 +1,26 @@
-"""Embedding stage: only the winner's chunks are embedded, with their page range and heading path attached."""
+"""Embedding stage: only the winner's chunks are embedded, with their page range and heading path attached.
+
+What the model reads is the chunk under a heading line made from the `embed_template` setting (e.g. the document's
+title and the chunk's section path), so a chunk that says "the fee is 40 EUR" is found by a question that names
+the section it sits in; the stored text is the chunk alone. Each model window keeps its own vector and its span in
+the document (a chunk longer than the model's input is several windows), so search can rank a chunk by its best
+window.
+"""
 
 from __future__ import annotations
 
 from connector.embedders import Embedder
-from connector.models import Candidate, Document, EmbeddedChunk
+from connector.models import Candidate, Chunk, Document, EmbeddedChunk, EmbeddedWindow
+
+HEADING_SEPARATOR = " › "
 
 
-def embed_winner(document: Document, winner: Candidate, embedder: Embedder) -> tuple[EmbeddedChunk, ...]:
+def embed_winner(
+    document: Document, winner: Candidate, embedder: Embedder, template: str, title: str | None
+) -> tuple[EmbeddedChunk, ...]:
     chunks = winner.chunks
-    result = embedder.embed([c.text for c in chunks])
+    prefixes = [heading_prefix(template, title, document.section_path_at(c.start)) for c in chunks]
+    result = embedder.embed([p + c.text + suffix(template) for p, c in zip(prefixes, chunks, strict=True)])
     return tuple(
         EmbeddedChunk(
             ordinal=i,
@@ -17,11 +29,32 @@ def embed_winner(document: Document, winner: Candidate, embedder: Embedder) -> t
             page_start=document.page_at(c.start),
             page_end=document.page_at(c.end - 1),
             section_path=document.section_path_at(c.start),
-            embed_windows=result.windows[i],
+            windows=tuple(_in_document(w, c, len(prefixes[i])) for w in result.window_spans[i]),
             chunk_type=chunk_type(document, c),
         )
         for i, c in enumerate(chunks)
     )
+
+
+def heading_prefix(template: str, title: str | None, section_path: tuple[str, ...]) -> str:
+    """The template's part before `{text}`, filled in; empty when it would hold no words (no title, no section)."""
+    before = template.split("{text}", 1)[0]
+    section = HEADING_SEPARATOR.join(section_path)
+    heading = HEADING_SEPARATOR.join(p for p in (title or "", section) if p)
+    filled = before.format(title=title or "", section=section, heading=heading)
+    return filled if filled.strip() else ""
+
+
+def suffix(template: str) -> str:
+    return template.split("{text}", 1)[1]
+
+
+def _in_document(window, chunk: Chunk, prefix_len: int) -> EmbeddedWindow:
+    """A window's span in the embedded text → its span in the document (the heading prefix is not in it)."""
+    size = chunk.end - chunk.start
+    start = min(max(window.start - prefix_len, 0), size)
+    end = min(max(window.end - prefix_len, start), size)
+    return EmbeddedWindow(chunk.start + start, chunk.start + end, window.vector)
 
 
 _TYPE_BY_KIND = {"table": "table", "list": "list", "code": "code"}

@@ -2,7 +2,8 @@
 
 Each forced run (and the LangChain-default baseline) ingests the QA's documents into a scratch database of its own,
 so nothing mixes with the user's data; all runs share one embedder behind a text cache, so a chunk that several runs
-produce is embedded once. Retrieval is the SQL a user would write (`ORDER BY embedding <=> $q LIMIT k`).
+produce is embedded once. Each run is judged twice: on the chunking alone (the chunks nearest by their vector,
+`ORDER BY embedding <=> $q LIMIT k`), and on what users get, `connector.search()` vector-only and hybrid.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from connector import qa
 from connector.db import queries
 from connector.db.database import connect, ensure_embedding_model, migrate
 from connector.db.scratch import scratch_database
+from connector.db.store import Store
 from connector.embedders import Embedder, embedder_class, load
 from connector.embedders.cache import CachingEmbedder
 from connector.errors import FatalError
@@ -42,14 +44,19 @@ class Sources:
     missing: list[str] = field(default_factory=list)
 
 
+SEARCH_MODES = ("vector", "hybrid")
+
+
 @dataclass(frozen=True)
 class RunResult:
     name: str
     documents: int  # documents with chunks
     chunks: int
     mean_tokens: float
-    scores: dict[str, qa.Scores]
+    scores: dict[str, qa.Scores]  # the chunking alone: nearest chunk vectors, `ORDER BY embedding <=> q`
     winners: dict[str, int] = field(default_factory=dict)
+    # what users get: `connector.search()` vector-only and hybrid, mode → kind → scores
+    search: dict[str, dict[str, qa.Scores]] = field(default_factory=dict)
 
 
 def doc_name(source_key: str) -> str:
@@ -93,6 +100,7 @@ def stored_embedder(conn: psycopg.Connection) -> str:
 
 
 def retrieve(conn: psycopg.Connection, embedder: Embedder, records: list[qa.QARecord], ids: list[int], k: int):
+    """Each question judged on the `k` chunks nearest to it by their (mean) vector: the chunking alone."""
     with conn.transaction():
         try:
             with conn.transaction():
@@ -107,13 +115,28 @@ def retrieve(conn: psycopg.Connection, embedder: Embedder, records: list[qa.QARe
     return judged
 
 
+def retrieve_by_search(
+    conn: psycopg.Connection, embedder: Embedder, records: list[qa.QARecord], ids: list[int], k: int, mode: str
+) -> list[qa.Judged]:
+    """Each question judged on what `connector.search()` returns for it (`mode`: vector or hybrid), over the
+    QA's documents only."""
+    store = Store(conn)
+    vectors = embedder.embed([r.question for r in records]).vectors
+    judged = []
+    for record, vector in zip(records, vectors, strict=True):
+        hits = store.search(vector, record.question if mode == "hybrid" else None, k, {"document_id": ids})
+        judged.append(qa.judge(record, [(doc_name(h.source_key), h.text) for h in hits]))
+    return judged
+
+
 def _run(
     conn: psycopg.Connection, name: str, embedder: Embedder, records: list[qa.QARecord], ids: list[int], k: int
 ) -> RunResult:
     judged = retrieve(conn, embedder, records, ids, k)
+    search = {mode: qa.summarise(retrieve_by_search(conn, embedder, records, ids, k, mode)) for mode in SEARCH_MODES}
     docs, chunks, mean_tokens = conn.execute(queries.CHUNK_STATS, (ids,)).fetchone()
     winners = dict(conn.execute(queries.WINNERS, (ids,)).fetchall()) if name == "adaptive" else {}
-    return RunResult(name, docs, chunks, float(mean_tokens), qa.summarise(judged), winners)
+    return RunResult(name, docs, chunks, float(mean_tokens), qa.summarise(judged), winners, search)
 
 
 def _load_scratch(dsn: str, settings: Settings, embedder: Embedder, sources: Sources) -> list[int]:

@@ -102,17 +102,30 @@ class Scored:
 
 
 @dataclass(frozen=True, slots=True)
+class EmbeddedWindow:
+    """One model window of a stored chunk: its span in the document's Markdown and its own vector."""
+
+    start: int
+    end: int
+    embedding: object  # numpy row; kept opaque so this module needs no numpy
+
+
+@dataclass(frozen=True, slots=True)
 class EmbeddedChunk:
     """A winning chunk ready to store."""
 
     ordinal: int
     chunk: Chunk
-    embedding: tuple[float, ...] | object  # numpy row; kept opaque so this module needs no numpy
+    embedding: tuple[float, ...] | object  # numpy row: the token-weighted mean of the windows' vectors
     page_start: int | None
     page_end: int | None
     section_path: tuple[str, ...]
-    embed_windows: int
+    windows: tuple[EmbeddedWindow, ...]
     chunk_type: str = "text"  # text, table, list or code
+
+    @property
+    def embed_windows(self) -> int:
+        return len(self.windows)
 
 
 @dataclass(frozen=True, slots=True)

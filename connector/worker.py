@@ -78,6 +78,8 @@ class Worker:
                 self.store.mark_unchanged(row)
                 log.info("unchanged %s", row.source_key, extra=context)
                 return "unchanged"
+            tries = f" (try {row.retries + 1} of {self.max_attempts})" if row.retries else ""
+            log.info("processing %s%s", row.source_key, tries, extra=context)
             with self._heartbeat(row):
                 outcome = self.pipeline.run(source)
             t0 = time.perf_counter()

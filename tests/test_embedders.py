@@ -47,3 +47,22 @@ def test_minilm_long_text_is_embedded_by_windows_not_truncated(minilm) -> None:
     # The tail influences the pooled vector; a truncated embedding never sees it.
     assert pooled.vectors[0] @ tail_only > truncated @ tail_only + 0.1
     assert np.isclose(np.linalg.norm(pooled.vectors[0]), 1.0, atol=1e-5)
+
+
+def test_minilm_windows_tile_the_text_and_carry_their_own_vectors(minilm) -> None:
+    """Each window's span is a consecutive piece of the text, its vector is the model's vector of that piece, and
+    the text's vector is their token-weighted mean (what the chunk row stores; the windows go to chunk_windows)."""
+    text = "Docker volumes keep data outside the container. " * 30 + "The XJ42 flux capacitor needs calibration. " * 30
+    got = minilm.embed([text, "short text"])
+    windows = got.window_spans[0]
+    assert got.windows == (len(windows), 1) and len(windows) >= 2
+    assert windows[0].start == 0 and windows[-1].end == len(text.rstrip())
+    for a, b in zip(windows, windows[1:], strict=False):
+        assert a.end <= b.start and not text[a.end : b.start].strip()  # only whitespace between windows
+    for w in windows:
+        plain = minilm._model.encode([text[w.start : w.end]], normalize_embeddings=True)[0]
+        assert np.allclose(w.vector, plain, atol=1e-4)
+    assert np.allclose(got.window_spans[1][0].vector, got.vectors[1])
+    weights = [len(minilm._tokenizer(text[w.start : w.end], add_special_tokens=False)["input_ids"]) for w in windows]
+    mean = sum(wt * w.vector for wt, w in zip(weights, windows, strict=True))
+    assert np.allclose(got.vectors[0], mean / np.linalg.norm(mean), atol=1e-3)

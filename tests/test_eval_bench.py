@@ -60,6 +60,10 @@ def test_eval_with_docs_compares_every_run(tmp_path: Path, dsn: str, corpus: Pat
         # The PDF's evidence crosses a layout block in our basic conversion; the lenient figure still finds it.
         assert runs[name]["scores"]["all"]["lenient_recall"] == 1.0, name
         assert runs[name]["scores"]["all"]["recall"] >= 0.8, name
+        # ... and through connector.search(), as users query: the same documents, vector-only and hybrid
+        for mode in ("vector", "hybrid"):
+            assert runs[name]["search"][mode]["all"]["lenient_recall"] == 1.0, (name, mode)
+            assert runs[name]["search"][mode]["all"]["questions"] == len(records)
     assert sum(runs["adaptive"]["winners"].values()) == 4
     assert set(runs["adaptive"]["scores"]) >= {"all", "factoid"}
     assert scratch_databases(dsn) == []
@@ -77,6 +81,8 @@ def test_eval_on_documents_already_ingested(tmp_path: Path, dsn: str, corpus: Pa
     assert any(line.startswith("│ recursive_1100 ") for line in lines)
     assert any(line.startswith("│ langchain_4000 ") for line in lines)
     assert not any(line.startswith("│ page ") for line in lines)
+    assert "adaptive: recall@5 / MRR per kind" in result.stdout  # the per-kind table through connector.search()
+    assert any(line.startswith("│ all ") for line in lines)
     with psycopg.connect(dsn) as conn:
         after = conn.execute("SELECT count(*), max(updated_at) FROM connector.documents").fetchone()
     assert after == before, "eval never writes into the user's database"

@@ -9,7 +9,7 @@ from connector.db.database import connect, ensure_embedding_model, migrate
 from connector.embedders import load
 from connector.errors import EmbeddingModelMismatch
 
-TABLES = {"documents", "chunks", "candidates", "embedding_model", "watched_tables"}
+TABLES = {"documents", "chunks", "chunk_windows", "chunk_terms", "candidates", "embedding_model", "watched_tables"}
 
 
 def tables(dsn: str) -> set[str]:

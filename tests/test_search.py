@@ -125,7 +125,8 @@ def test_search_context_joins_a_hit_with_its_neighbours(corpus: str) -> None:
 
 
 def test_search_uses_the_hnsw_index_on_a_realistic_table(settings: Settings) -> None:
-    """20,000 chunks of random vectors: the search's vector query is an HNSW index scan, never a scan of all rows."""
+    """20,000 chunks (40,000 windows) of random vectors: the search's vector arm is an HNSW index scan of the
+    windows, never a scan of all rows, with a filter or without."""
     dsn = settings.dsn.get_secret_value()
     rng = np.random.default_rng(7)
     with connect(dsn, autocommit=True) as conn:
@@ -134,28 +135,39 @@ def test_search_uses_the_hnsw_index_on_a_realistic_table(settings: Settings) -> 
             "RETURNING id"
         ).fetchone()[0]
         with conn.cursor().copy(
-            "COPY connector.chunks (document_id, ordinal, text, token_count, start_char, end_char, embedding, "
+            "COPY connector.chunks (id, document_id, ordinal, text, token_count, start_char, end_char, embedding, "
             "strategy) FROM STDIN (FORMAT BINARY)"
         ) as copy:
-            copy.set_types(["int8", "int4", "text", "int4", "int4", "int4", "vector", "text"])
+            copy.set_types(["int8", "int8", "int4", "text", "int4", "int4", "int4", "vector", "text"])
             for i in range(20_000):
-                copy.write_row((doc, i, f"chunk {i}", 2, 0, 1, rng.standard_normal(384).astype(np.float32), "x"))
-        conn.execute("ANALYZE connector.chunks")
-        conn.execute("ANALYZE connector.documents")
-        plan = "\n".join(
-            r[0]
-            for r in conn.execute(
-                "EXPLAIN SELECT c.id FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id "
-                "WHERE connector.search_matches('{}'::jsonb, d.metadata, d.source, d.source_key, c.chunk_type) "
-                "ORDER BY c.embedding <=> %s LIMIT 10",
-                (rng.standard_normal(384).astype(np.float32),),
+                copy.write_row((i + 1, doc, i, f"chunk {i}", 2, 0, 1, rng.standard_normal(384).astype(np.float32), "x"))
+        with conn.cursor().copy(
+            "COPY connector.chunk_windows (chunk_id, window_no, start_char, end_char, embedding) "
+            "FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(["int8", "int4", "int4", "int4", "vector"])
+            for i in range(20_000):
+                for w in range(2):
+                    copy.write_row((i + 1, w, 0, 1, rng.standard_normal(384).astype(np.float32)))
+        for table in ("chunks", "chunk_windows", "documents"):
+            conn.execute(f"ANALYZE connector.{table}")
+        query = rng.standard_normal(384).astype(np.float32)
+        plans = {
+            name: "\n".join(
+                r[0]
+                for r in conn.execute(
+                    "EXPLAIN SELECT * FROM connector.search_windows(%s, %s, 80)", (query, Jsonb(filter))
+                )
             )
-        )
-        hits = conn.execute(
-            "SELECT count(*) FROM connector.search(%s)", (rng.standard_normal(384).astype(np.float32),)
+            for name, filter in {"none": {}, "metadata": {"metadata": {"kind": "x"}}}.items()
+        }
+        hits = conn.execute("SELECT count(*) FROM connector.search(%s)", (query,)).fetchone()
+        filtered = conn.execute(
+            "SELECT count(*) FROM connector.search(%s, NULL, 10, %s)", (query, Jsonb({"source_key_prefix": "bi"}))
         ).fetchone()
-    assert "chunks_embedding_hnsw" in plan and "Seq Scan on chunks" not in plan, plan
-    assert hits == (10,)
+    for plan in plans.values():
+        assert "chunk_windows_embedding_hnsw" in plan and "Seq Scan on chunk_windows" not in plan, plan
+    assert hits == (10,) and filtered == (10,)
 
 
 def test_connector_search_command(corpus: str, tmp_path) -> None:
@@ -249,11 +261,16 @@ def test_the_readmes_python_search_snippets_run(corpus: str, monkeypatch, capsys
     from tests.conftest import REPO
 
     blocks = [b for b in re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S) if "DSN)" in b]
-    assert len(blocks) == 2
+    assert len(blocks) == 3, "the client, LangChain and LlamaIndex snippets"
     monkeypatch.setenv("CONNECTOR_EMBEDDER", "fake")  # the corpus was embedded with the fake model
     namespace: dict = {"DSN": corpus}
+    outputs = []
     for block in blocks:
         exec(block, namespace)  # noqa: S102 - the README's own code, as a user pastes it
-    assert "topics/volumes" in capsys.readouterr().out
+        outputs.append(capsys.readouterr().out)
+        if "retriever" in namespace:  # each retriever snippet opens a client of its own
+            namespace.pop("retriever").client.close()
+    client_out, _, llama_index_out = outputs
+    assert "topics/volumes" in client_out
     assert namespace["docs"] and namespace["docs"][0].page_content
-    namespace["retriever"].client.close()
+    assert re.search(r"^[\d.]+ chunk:\d+ topics/volumes document:\d+$", llama_index_out, re.M), llama_index_out

@@ -178,6 +178,19 @@ COPY_CHUNKS_TYPES = [
     "text[]", "text", "int8", "int8", "vector", "int4", "text",
 ]  # fmt: skip
 
+COPY_WINDOWS = """
+COPY connector.chunk_windows (chunk_id, window_no, start_char, end_char, embedding) FROM STDIN (FORMAT BINARY)
+"""
+COPY_WINDOWS_TYPES = ["int8", "int4", "int4", "int4", "vector"]
+
+# The BM25 postings of a document's chunks (migration 0008), from the tsvector Postgres generated for each.
+INSERT_CHUNK_TERMS = """
+INSERT INTO connector.chunk_terms (term, chunk_id, tf, chunk_len)
+SELECT t.lexeme, c.id, coalesce(array_length(t.positions, 1), 1), c.token_count
+FROM connector.chunks c CROSS JOIN LATERAL unnest(c.search_tsv) t
+WHERE c.document_id = %s
+"""
+
 INSERT_CANDIDATE = """
 INSERT INTO connector.candidates
     (document_id, strategy, params, chunk_count, rc, icc, dcc, bi, sc, score, chosen, elapsed_ms, error, rc_backend,

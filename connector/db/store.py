@@ -93,6 +93,9 @@ class SearchHit:
     page_end: int | None
     chunk_type: str
     score: float
+    strategy: str
+    prev_chunk_id: int | None
+    next_chunk_id: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +257,12 @@ class Store:
                             ec.embedding, ec.embed_windows, strategy,
                         )
                     )  # fmt: skip
+            with self.conn.cursor().copy(queries.COPY_WINDOWS) as copy:
+                copy.set_types(queries.COPY_WINDOWS_TYPES)
+                for i, ec in enumerate(outcome.chunks):
+                    for no, w in enumerate(ec.windows):
+                        copy.write_row((ids[i], no, w.start, w.end, w.embedding))
+            self.conn.execute(queries.INSERT_CHUNK_TERMS, (doc_id,))
             with self.conn.cursor() as cur:
                 cur.executemany(
                     queries.INSERT_CANDIDATE,

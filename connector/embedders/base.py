@@ -9,11 +9,31 @@ import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
+class Window:
+    """One model window of a text: its character span in that text and its own unit vector."""
+
+    start: int
+    end: int
+    vector: np.ndarray  # shape (dim,), float32
+
+
+@dataclass(frozen=True, slots=True)
 class Embeddings:
-    """Unit-length vectors, one row per input text, and how many model windows each text took."""
+    """Unit-length vectors, one row per input text (the token-weighted mean of its windows), and each text's
+    windows with their own vectors: a text that fits the model is one window whose vector is the text's."""
 
     vectors: np.ndarray  # shape (n, dim), float32
-    windows: tuple[int, ...]
+    window_spans: tuple[tuple[Window, ...], ...]
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        """How many model windows each text took."""
+        return tuple(len(w) for w in self.window_spans)
+
+    @classmethod
+    def whole(cls, texts: list[str], vectors: np.ndarray) -> Embeddings:
+        """Each text embedded as one window (models without an input limit)."""
+        return cls(vectors, tuple((Window(0, len(t), v),) for t, v in zip(texts, vectors, strict=True)))
 
 
 class Embedder(Protocol):

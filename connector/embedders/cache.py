@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from connector.embedders.base import Embedder, Embeddings
+from connector.embedders.base import Embedder, Embeddings, Window
 
 
 class CachingEmbedder:
@@ -16,13 +16,13 @@ class CachingEmbedder:
         self.inner = inner
         self.name = inner.name
         self.dim = inner.dim
-        self._cache: dict[str, tuple[np.ndarray, int]] = {}
+        self._cache: dict[str, tuple[np.ndarray, tuple[Window, ...]]] = {}
 
     def embed(self, texts: list[str]) -> Embeddings:
         missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
         if missing:
             fresh = self.inner.embed(missing)
-            for text, vector, windows in zip(missing, fresh.vectors, fresh.windows, strict=True):
+            for text, vector, windows in zip(missing, fresh.vectors, fresh.window_spans, strict=True):
                 self._cache[text] = (vector, windows)
         rows = [self._cache[t] for t in texts]
         vectors = np.stack([v for v, _ in rows]) if rows else np.zeros((0, self.dim), dtype=np.float32)

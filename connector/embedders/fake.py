@@ -19,4 +19,4 @@ class FakeEmbedder:
         pass
 
     def embed(self, texts: list[str]) -> Embeddings:
-        return Embeddings(hashed_bow(texts, self.dim), (1,) * len(texts))
+        return Embeddings.whole(texts, hashed_bow(texts, self.dim))

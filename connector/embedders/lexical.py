@@ -105,4 +105,4 @@ class LexicalEncoder:
         pass
 
     def embed(self, texts: list[str]) -> Embeddings:
-        return Embeddings(hashed_bow(texts, self.dim, STOP_WORDS), (1,) * len(texts))
+        return Embeddings.whole(texts, hashed_bow(texts, self.dim, STOP_WORDS))

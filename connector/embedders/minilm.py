@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from connector.embedders.base import Embeddings, pool_windows
+from connector.embedders.base import Embeddings, Window, pool_windows
 
 _LOAD_LOCK = threading.Lock()
 
@@ -46,35 +46,35 @@ class MiniLMEmbedder:
             return self._embed(texts)
 
     def _embed(self, texts: list[str]) -> Embeddings:
-        windows: list[str] = []
-        weights: list[int] = []
-        owners: list[int] = []
-        counts: list[int] = []
-        for i, text in enumerate(texts):
-            parts = self._windows(text)
-            counts.append(len(parts))
-            for part, n_tokens in parts:
-                windows.append(part)
-                weights.append(max(1, n_tokens))
-                owners.append(i)
         if not texts:
             return Embeddings(np.zeros((0, self.dim), dtype=np.float32), ())
+        spans: list[tuple[int, int]] = []
+        weights: list[int] = []
+        owners: list[int] = []
+        for i, text in enumerate(texts):
+            for start, end, n_tokens in self._windows(text):
+                spans.append((start, end))
+                weights.append(max(1, n_tokens))
+                owners.append(i)
         vectors = self._model.encode(
-            windows,
+            [texts[o][s:e] for o, (s, e) in zip(owners, spans, strict=True)],
             batch_size=self._batch_size,
             normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=False,
         )
-        return Embeddings(pool_windows(vectors, weights, owners, len(texts)), tuple(counts))
+        per_text: list[list[Window]] = [[] for _ in texts]
+        for owner, (start, end), vector in zip(owners, spans, vectors, strict=True):
+            per_text[owner].append(Window(start, end, vector))
+        return Embeddings(pool_windows(vectors, weights, owners, len(texts)), tuple(tuple(w) for w in per_text))
 
-    def _windows(self, text: str) -> list[tuple[str, int]]:
+    def _windows(self, text: str) -> list[tuple[int, int, int]]:
+        """(start, end, word pieces) of consecutive windows that each fit the model."""
         enc = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
         offsets = enc["offset_mapping"]
         if len(offsets) <= self._window:
-            return [(text, len(offsets))]
-        parts = []
-        for i in range(0, len(offsets), self._window):
-            span = offsets[i : i + self._window]
-            parts.append((text[span[0][0] : span[-1][1]], len(span)))
-        return parts
+            return [(0, len(text), len(offsets))]
+        return [
+            (span[0][0], span[-1][1], len(span))
+            for span in (offsets[i : i + self._window] for i in range(0, len(offsets), self._window))
+        ]

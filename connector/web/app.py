@@ -1,0 +1,79 @@
+"""The Starlette app of the sidecar's HTTP port: `/health`, `/metrics` and `/search`.
+
+Every endpoint does blocking work (a connection to count the queue, an embedding and a query): it runs on the
+server's own thread pools, never on the event loop. Health checks have their own pool, so that slow searches
+cannot make a liveness probe time out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from connector import observe
+from connector.secrets import one_line
+from connector.web import query
+from connector.web.searcher import DatabaseUnavailable, Searcher
+
+log = logging.getLogger(__name__)
+
+PATHS = ("/health", "/metrics", "/search")
+
+
+def build_app(health: observe.Health, searcher: Searcher, health_pool: Executor, search_pool: Executor) -> Starlette:
+    async def blocking(pool: Executor, fn: Callable, *args):
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    async def health_endpoint(_request: Request) -> Response:
+        report = await blocking(health_pool, health.snapshot)
+        return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
+
+    async def metrics_endpoint(_request: Request) -> Response:
+        await blocking(health_pool, health.snapshot)  # the queue and database gauges are read at scrape time
+        return Response(observe.prometheus(), media_type=CONTENT_TYPE_LATEST)
+
+    async def search_endpoint(request: Request) -> Response:
+        try:
+            if request.method == "POST":
+                wanted = query.from_body(await request.body())
+            else:
+                wanted = query.from_query_string(request.query_params)
+            results = await blocking(search_pool, searcher.search, wanted)
+        except query.BadRequest as exc:
+            return _error(400, str(exc))
+        except DatabaseUnavailable as exc:
+            return _error(503, str(exc))
+        except Exception as exc:  # a bug, or the database refusing the query: said in one line, never a secret
+            log.exception("search failed")
+            return _error(500, f"search failed: {type(exc).__name__}: {one_line(str(exc))[:500]}")
+        return JSONResponse(query.response(wanted, results))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            return _error(404, f"no such path {request.url.path}: the paths are {', '.join(PATHS)}")
+        if exc.status_code == 405:
+            return _error(405, f"{request.method} is not allowed on {request.url.path}", exc.headers)
+        return _error(exc.status_code, exc.detail, exc.headers)
+
+    return Starlette(
+        routes=[
+            Route("/health", health_endpoint, methods=["GET"]),
+            Route("/metrics", metrics_endpoint, methods=["GET"]),
+            Route("/search", search_endpoint, methods=["GET", "POST"]),
+        ],
+        exception_handlers={HTTPException: http_error},
+    )
+
+
+def _error(status: int, message: str, headers: dict | None = None) -> Response:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)

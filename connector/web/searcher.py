@@ -1,0 +1,88 @@
+"""Searches for the HTTP server: the sidecar's loaded embedder, a small connection pool opened on the first
+search, and `connector.search.search` (the one search path). Blocking: call it from a worker thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from connector import search as searching
+from connector.db.database import check_dsn, connect
+from connector.embedders import Embedder
+from connector.errors import TransientError
+from connector.secrets import one_line
+from connector.web.query import SearchRequest
+
+log = logging.getLogger(__name__)
+
+POOL_SIZE = 4
+"""Connections the searches share (at most this many run at once; the others wait for one)."""
+
+WAIT_SECONDS = 3.0
+"""How long a search waits for a connection (a new one, or a free one) before answering 503."""
+
+
+class DatabaseUnavailable(Exception):
+    """No connection to the database, or it was lost during the search (answered 503, with this message)."""
+
+
+class Searcher:
+    def __init__(self, dsn: str, embedder: Embedder):
+        check_dsn(dsn)  # as `connect()` does: a DSN libpq would misread never reaches it
+        self.dsn = dsn
+        self.embedder = embedder
+        self._pool: ConnectionPool | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def search(self, request: SearchRequest) -> list[searching.Result]:
+        pool = self._opened()
+        try:
+            with pool.connection(timeout=WAIT_SECONDS) as conn:
+                return searching.search(conn, self.embedder, request.query, k=request.k, hybrid=request.hybrid,
+                                        filter=request.filter, context=request.context)  # fmt: skip
+        except PoolTimeout:  # (an OperationalError too) the pool could not connect in time, or is all in use
+            raise DatabaseUnavailable(self._why_no_connection()) from None
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:  # lost during the search
+            raise DatabaseUnavailable(f"database unreachable: {one_line(str(exc))}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close(timeout=5)
+
+    def _opened(self) -> ConnectionPool:
+        with self._lock:
+            if self._closed:
+                raise DatabaseUnavailable("the server is stopping")
+            if self._pool is None:
+                kwargs: dict = {"autocommit": True}
+                if "connect_timeout" not in conninfo_to_dict(self.dsn):  # never a pool thread stuck connecting
+                    kwargs["connect_timeout"] = 5
+                self._pool = ConnectionPool(
+                    self.dsn, kwargs=kwargs, min_size=1, max_size=POOL_SIZE, num_workers=1, name="http-search",
+                    configure=_register_vector, check=ConnectionPool.check_connection, open=False,
+                )  # fmt: skip
+                self._pool.open(wait=False)  # a database that is down now answers 503, and the pool keeps trying
+            return self._pool
+
+    def _why_no_connection(self) -> str:
+        """libpq's reason, from one direct attempt; or, when that one connects, that every connection is busy."""
+        try:
+            with connect(self.dsn, connect_timeout=3):
+                pass
+        except TransientError as exc:
+            return f"database unreachable: {one_line(str(exc.__cause__ or exc))}"
+        return f"every database connection of this server is busy (waited {WAIT_SECONDS:g} s): try again"
+
+
+def _register_vector(conn: psycopg.Connection) -> None:
+    from pgvector.psycopg import register_vector
+
+    register_vector(conn)

@@ -1,0 +1,198 @@
+"""Multi-vector chunks (migration 0007): every model window stored with its span and vector, `connector.search()`
+ranking a chunk by its best window blended with its mean, the contextual embedding text, and the migration's
+backfill of chunks stored before it."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import psycopg
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pgvector.psycopg import register_vector
+from pydantic import ValidationError
+
+from connector.db.database import connect, ensure_embedding_model, migrate
+from connector.embed import _in_document, heading_prefix
+from connector.embedders import load
+from connector.embedders.base import Window
+from connector.models import Chunk
+from connector.pipeline import Pipeline
+from connector.settings import Settings
+from connector.worker import Worker
+from tests.conftest import FIXTURES
+
+
+def _unit(v) -> np.ndarray:
+    v = np.asarray(v, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+def _np(v) -> np.ndarray:
+    return v.to_numpy() if hasattr(v, "to_numpy") else np.asarray(v)
+
+
+def _insert_chunk(conn, doc: int, ordinal: int, mean, windows) -> int:
+    chunk = conn.execute(
+        "INSERT INTO connector.chunks (document_id, ordinal, text, token_count, start_char, end_char, embedding, "
+        "strategy, embed_windows) VALUES (%s, %s, %s, 1, 0, 1, %s, 'x', %s) RETURNING id",
+        (doc, ordinal, f"chunk {ordinal}", _unit(mean), len(windows)),
+    ).fetchone()[0]
+    for no, w in enumerate(windows):
+        conn.execute(
+            "INSERT INTO connector.chunk_windows (chunk_id, window_no, start_char, end_char, embedding) "
+            "VALUES (%s, %s, 0, 1, %s)",
+            (chunk, no, _unit(w)),
+        )
+    return chunk
+
+
+def test_a_chunk_is_ranked_by_its_best_window_blended_with_its_mean(migrated_dsn: str) -> None:
+    """`long`: a long chunk one of whose windows is exactly the question, its mean far from it; `even`: a chunk whose
+    only window (and so its mean) is fairly close. Best window only → long first; mean only → even first; the
+    default blend (0.5) → long first, with the score of the blend."""
+    dim = 384
+    q = np.zeros(dim)
+    q[0] = 1
+    on, off, near = np.zeros(dim), np.zeros(dim), np.zeros(dim)
+    on[0] = 1
+    off[1] = 1
+    near[0], near[1] = 0.8, 0.6
+    long_mean = on + off  # cosine 0.71 to the question
+    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+        register_vector(conn)
+        doc = conn.execute(
+            "INSERT INTO connector.documents (source_key, content, status) VALUES ('d', 'x', 'done') RETURNING id"
+        ).fetchone()[0]
+        long_id = _insert_chunk(conn, doc, 0, long_mean, [off, on, off, off])
+        even_id = _insert_chunk(conn, doc, 1, near, [near])
+
+        def ranked(weight: float):
+            return conn.execute(
+                "SELECT chunk_id, score FROM connector.search(%s, NULL, 2, '{}', 0.5, %s)", (_unit(q), weight)
+            ).fetchall()
+
+        assert [r[0] for r in ranked(1.0)] == [long_id, even_id]
+        assert [r[0] for r in ranked(0.0)] == [even_id, long_id]
+        blend = conn.execute("SELECT chunk_id, score FROM connector.search(%s, NULL, 2)", (_unit(q),)).fetchall()
+    assert [r[0] for r in blend] == [long_id, even_id]
+    assert blend[0][1] == pytest.approx(0.5 * 1.0 + 0.5 * float(_unit(long_mean) @ q), abs=1e-5)
+    assert blend[1][1] == pytest.approx(0.8, abs=1e-5)
+
+
+def test_the_pipeline_stores_each_window_with_its_span_and_vector(settings: Settings) -> None:
+    """A real document through the real pipeline and MiniLM: each chunk's windows lie inside it, in order, as many
+    as `embed_windows` says; a one-window chunk's window vector is the chunk's vector; a long chunk's windows
+    differ from each other and from the mean. With a heading template, the spans are still in the document."""
+    minilm = load("minilm", 32)
+    chunking = settings.chunking.model_copy(update={"strategies": ("recursive_1100",)})
+    text = (FIXTURES / "dockerfile-reference.md").read_text()
+    for template in ("{text}", "{heading}\n\n{text}"):
+        run_settings = settings.model_copy(
+            update={
+                "chunking": chunking,
+                "metrics": settings.metrics.model_copy(update={"model": "same"}),
+                "embed_template": template,
+                "embedder": "minilm",
+            }  # fmt: skip
+        )
+        dsn = settings.dsn.get_secret_value()
+        with connect(dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE connector.documents CASCADE")
+            conn.execute(
+                "INSERT INTO connector.documents (source_key, title, content, mime_type) "
+                "VALUES ('dockerfile', 'Dockerfile reference', %s, 'text/markdown')",
+                (text,),
+            )
+            ensure_embedding_model(conn, minilm)
+            Worker(conn, Pipeline(run_settings, minilm), []).drain(threading.Event())
+            register_vector(conn)
+            chunks = conn.execute(
+                "SELECT id, start_char, end_char, embed_windows, embedding FROM connector.chunks ORDER BY ordinal"
+            ).fetchall()
+            windows = {
+                cid: conn.execute(
+                    "SELECT window_no, start_char, end_char, embedding FROM connector.chunk_windows "
+                    "WHERE chunk_id = %s ORDER BY window_no",
+                    (cid,),
+                ).fetchall()
+                for cid, *_ in chunks
+            }
+        assert chunks and any(n > 1 for *_, n, _ in chunks), "the fixture must have chunks past the model's input"
+        for cid, start, end, n, mean in chunks:
+            ws = windows[cid]
+            assert [w[0] for w in ws] == list(range(n))
+            assert all(start <= s <= e <= end for _, s, e, _ in ws)
+            assert all(a[2] <= b[1] for a, b in zip(ws, ws[1:], strict=False))
+            assert ws[-1][2] >= end - len(text[start:end]) + len(text[start:end].rstrip())
+            if template == "{text}":
+                assert ws[0][1] == start
+            if n == 1:
+                assert np.allclose(_np(ws[0][3]), _np(mean), atol=1e-6)
+            else:
+                assert not np.allclose(_np(ws[0][3]), _np(ws[1][3]), atol=1e-3)
+                cosines = [float(_np(w[3]) @ _np(mean)) for w in ws]
+                assert min(cosines) > 0 and sum(cosines) / len(cosines) > 0.3, cosines
+
+
+def test_the_heading_prefix_of_the_template() -> None:
+    template = "{heading}\n\n{text}"
+    assert heading_prefix(template, "Guide", ("Install", "Linux")) == "Guide › Install › Linux\n\n"
+    assert heading_prefix(template, None, ("Install",)) == "Install\n\n"
+    assert heading_prefix(template, None, ()) == ""  # no words: nothing is put before the chunk
+    assert heading_prefix("{text}", "Guide", ("Install",)) == ""
+    filled = heading_prefix("Document: {title}. Section: {section}.\n{text}", "G{x}", ())
+    assert filled == "Document: G{x}. Section: .\n"
+
+
+def test_the_template_setting_is_checked() -> None:
+    assert Settings(embed_template="{title}\\n{text}").embed_template == "{title}\n{text}"  # `\n` from the env
+    for bad in ("{heading}", "{text} {text}", "{text} {author}", "{text} {"):
+        with pytest.raises(ValidationError, match="embed_template"):
+            Settings(embed_template=bad)
+
+
+@given(
+    prefix=st.integers(0, 60),
+    size=st.integers(1, 400),
+    cuts=st.lists(st.integers(0, 460), max_size=6),
+    start=st.integers(0, 10_000),
+)
+def test_window_spans_map_into_the_chunk_exactly(prefix: int, size: int, cuts: list[int], start: int) -> None:
+    """Windows tiling the embedded text (heading prefix + chunk) map to consecutive spans inside the chunk that
+    together cover it."""
+    total = prefix + size
+    bounds = sorted({0, total, *(c for c in cuts if c < total)})
+    chunk = Chunk(text="x" * size, start=start, end=start + size, token_count=1)
+    mapped = [_in_document(Window(a, b, None), chunk, prefix) for a, b in zip(bounds, bounds[1:], strict=False)]
+    assert all(chunk.start <= w.start <= w.end <= chunk.end for w in mapped)
+    assert all(a.end == b.start for a, b in zip(mapped, mapped[1:], strict=False))
+    assert mapped[0].start == chunk.start and mapped[-1].end == chunk.end
+
+
+def test_migration_0007_gives_older_chunks_one_window_and_downgrades(dsn: str) -> None:
+    migrate(dsn, 384, "0006")
+    v = _unit(np.arange(384) + 1.0)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
+        doc = conn.execute(
+            "INSERT INTO connector.documents (source_key, content, status) VALUES ('old', 'x', 'done') RETURNING id"
+        ).fetchone()[0]
+        conn.execute(
+            "INSERT INTO connector.chunks (document_id, ordinal, text, token_count, start_char, end_char, embedding, "
+            "strategy, embed_windows) VALUES (%s, 0, 'old chunk', 2, 0, 9, %s, 'x', 3)",
+            (doc, v),
+        )
+    migrate(dsn, 384)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
+        rows = conn.execute("SELECT window_no, start_char, end_char, embedding FROM connector.chunk_windows").fetchall()
+        assert len(rows) == 1 and rows[0][:3] == (0, 0, 9) and np.allclose(_np(rows[0][3]), v, atol=1e-6)
+        assert conn.execute("SELECT text, strategy FROM connector.search(%s)", (v,)).fetchall() == [("old chunk", "x")]
+    migrate(dsn, 384, "0006", downgrade=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
+        assert conn.execute("SELECT text FROM connector.search(%s, 'old chunk')", (v,)).fetchall() == [("old chunk",)]
+        assert conn.execute("SELECT to_regclass('connector.chunk_windows')").fetchone() == (None,)
