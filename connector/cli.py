@@ -162,7 +162,7 @@ def run(
     once: Annotated[bool, typer.Option("--once", help="Queue the folder, drain the queue, exit.")] = False,
     no_watch: Annotated[bool, typer.Option("--no-watch", help="Only the queue table: no folder.")] = False,
     http_port: Annotated[
-        int | None, typer.Option("--http-port", help="Serve /health and /metrics on 127.0.0.1 at this port.")
+        int | None, typer.Option("--http-port", help="Serve /health, /metrics and /search at this port (0: any free).")
     ] = None,
     no_migrate: Annotated[bool, typer.Option("--no-migrate", help=NO_MIGRATE_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
@@ -353,14 +353,16 @@ def status(dsn: DsnOption = None, last: Annotated[int, typer.Option(help="How ma
     out.print(counts)
     if leases:
         held = Table("id", "key", "claimed by", "attempt", "heartbeat", "lease expires", title="in flight")
-        for doc_id, key, by, attempts, beat, expires in leases:
-            held.add_row(str(doc_id), key, by or "", str(attempts), f"{beat:%H:%M:%S}" if beat else "",
-                         f"{expires:%H:%M:%S}" if expires else "")  # fmt: skip
+        for lease in leases:
+            beat, expires = lease.heartbeat_at, lease.lease_expires_at
+            held.add_row(str(lease.id), lease.source_key, lease.claimed_by or "", str(lease.attempts),
+                         f"{beat:%H:%M:%S}" if beat else "", f"{expires:%H:%M:%S}" if expires else "")  # fmt: skip
         out.print(held)
     if report.failures:
         failures = Table("id", "source", "key", "attempts", "error", "when")
-        for doc_id, source, key, attempts, error, at in report.failures:
-            failures.add_row(str(doc_id), source, key, str(attempts), error or "", f"{at:%Y-%m-%d %H:%M:%S}")
+        for f in report.failures:
+            failures.add_row(str(f.id), f.source, f.source_key, str(f.attempts), f.last_error or "",
+                             f"{f.updated_at:%Y-%m-%d %H:%M:%S}")  # fmt: skip
         out.print(failures)
 
 
@@ -382,8 +384,8 @@ def retry(
     settings = _settings(dsn)
     with _errors(), database(settings) as url, connect(url, autocommit=True) as conn:
         rows = Store(conn).retry_failed(document)
-    for doc_id, key in rows:
-        console.print(f"requeued {doc_id} {key}")
+    for row in rows:
+        console.print(f"requeued {row.id} {row.source_key}")
     if not rows:
         console.print(f"no failed document{' ' + repr(document) if document else 's'} to requeue")
         raise typer.Exit(1 if document else 0)
@@ -474,7 +476,7 @@ def explain(
         console.print(f"[red]error:[/red] no document with id or source key {document!r}")
         raise typer.Exit(1)
     if matches > 1:
-        console.print(f"[yellow]{matches} documents match {document!r}[/yellow]; showing id {doc[0]} ({doc[1]})")
+        console.print(f"[yellow]{matches} documents match {document!r}[/yellow]; showing id {doc.id} ({doc.source})")
     if as_json:
         print(json.dumps(reports.explain_payload(doc, rows), indent=2, default=str))
         return

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import psycopg
+from psycopg.rows import class_row
 
 from connector import qa
 from connector.db import queries
 from connector.db.database import connect, ensure_embedding_model, migrate
+from connector.db.rows import ChunkStats, DoneDocument, EmbeddingModel, NearestChunk, StrategyWins
 from connector.db.scratch import scratch_database
 from connector.db.store import Store
 from connector.embedders import Embedder, embedder_class, load
@@ -37,10 +39,10 @@ BASELINE = "langchain_4000"
 
 @dataclass(frozen=True)
 class Sources:
-    """The QA's documents: files to ingest, and SQL rows (key, title, content, content_bytes, mime) to copy."""
+    """The QA's documents: files to ingest, and stored SQL documents to copy."""
 
     selection: Selection
-    rows: list[tuple] = field(default_factory=list)
+    rows: list[DoneDocument] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
 
 
@@ -73,30 +75,33 @@ def sources_from_folder(folder: Path, names: set[str]) -> Sources:
 def sources_from_database(conn: psycopg.Connection, names: set[str]) -> tuple[Sources, list[int]]:
     """The done documents the QA names, as sources for forced runs, and their ids for the adaptive run."""
     refs: list[FileRef] = []
-    rows: list[tuple] = []
+    rows: list[DoneDocument] = []
     ids: list[int] = []
-    for doc_id, source, key, title, content, content_bytes, mime, file_path in conn.execute(queries.DOCUMENTS_BY_KEY):
-        if doc_name(key) not in names:
+    with conn.cursor(row_factory=class_row(DoneDocument)) as cur:
+        stored = cur.execute(queries.DOCUMENTS_BY_KEY).fetchall()
+    for doc in stored:
+        if doc_name(doc.source_key) not in names:
             continue
-        ids.append(doc_id)
-        if source == "folder" and file_path:
-            refs.append(FileRef(Path(file_path), key, mime or "text/plain"))
+        ids.append(doc.id)
+        if doc.source == "folder" and doc.file_path:
+            refs.append(FileRef(Path(doc.file_path), doc.source_key, doc.mime_type or "text/plain"))
         else:
-            rows.append((key, title, content, content_bytes, mime))
+            rows.append(doc)
     roots = sorted({r.path.parent for r in refs})
-    present = {doc_name(r.key) for r in refs} | {doc_name(r[0]) for r in rows}
+    present = {doc_name(r.key) for r in refs} | {doc_name(r.source_key) for r in rows}
     return Sources(Selection(refs, roots, [], []), rows, sorted(names - present)), ids
 
 
 def stored_embedder(conn: psycopg.Connection) -> str:
     """The setting name of the embedder a database's vectors were made with."""
-    row = conn.execute(queries.SELECT_EMBEDDING_MODEL).fetchone()
-    if row is None:
+    with conn.cursor(row_factory=class_row(EmbeddingModel)) as cur:
+        model = cur.execute(queries.SELECT_EMBEDDING_MODEL).fetchone()
+    if model is None:
         raise FatalError("this database has no embeddings yet: ingest the QA documents first, or pass --docs")
     for setting in ("minilm", "fake"):
-        if embedder_class(setting).name == row[0]:
+        if embedder_class(setting).name == model.name:
             return setting
-    raise FatalError(f"the database's embedding model {row[0]!r} is not one this connector can load")
+    raise FatalError(f"the database's embedding model {model.name!r} is not one this connector can load")
 
 
 def retrieve(conn: psycopg.Connection, embedder: Embedder, records: list[qa.QARecord], ids: list[int], k: int):
@@ -109,9 +114,10 @@ def retrieve(conn: psycopg.Connection, embedder: Embedder, records: list[qa.QARe
             pass  # pgvector < 0.8: plain HNSW scan
         vectors = embedder.embed([r.question for r in records]).vectors
         judged = []
-        for record, vector in zip(records, vectors, strict=True):
-            rows = conn.execute(queries.NEAREST_CHUNKS, {"documents": ids, "query": vector, "k": k}).fetchall()
-            judged.append(qa.judge(record, [(doc_name(key), text) for key, text in rows]))
+        with conn.cursor(row_factory=class_row(NearestChunk)) as cur:
+            for record, vector in zip(records, vectors, strict=True):
+                rows = cur.execute(queries.NEAREST_CHUNKS, {"documents": ids, "query": vector, "k": k}).fetchall()
+                judged.append(qa.judge(record, [(doc_name(r.source_key), r.text) for r in rows]))
     return judged
 
 
@@ -134,9 +140,15 @@ def _run(
 ) -> RunResult:
     judged = retrieve(conn, embedder, records, ids, k)
     search = {mode: qa.summarise(retrieve_by_search(conn, embedder, records, ids, k, mode)) for mode in SEARCH_MODES}
-    docs, chunks, mean_tokens = conn.execute(queries.CHUNK_STATS, (ids,)).fetchone()
-    winners = dict(conn.execute(queries.WINNERS, (ids,)).fetchall()) if name == "adaptive" else {}
-    return RunResult(name, docs, chunks, float(mean_tokens), qa.summarise(judged), winners, search)
+    with conn.cursor(row_factory=class_row(ChunkStats)) as cur:
+        stats = cur.execute(queries.CHUNK_STATS, (ids,)).fetchone()
+    winners: dict[str, int] = {}
+    if name == "adaptive":
+        with conn.cursor(row_factory=class_row(StrategyWins)) as cur:
+            winners = {w.strategy: w.wins for w in cur.execute(queries.WINNERS, (ids,))}
+    return RunResult(
+        name, stats.documents, stats.chunks, float(stats.mean_tokens), qa.summarise(judged), winners, search
+    )
 
 
 def _load_scratch(dsn: str, settings: Settings, embedder: Embedder, sources: Sources) -> list[int]:
@@ -149,8 +161,9 @@ def _load_scratch(dsn: str, settings: Settings, embedder: Embedder, sources: Sou
             log.info("%s failed in this run: %s", key, error)
         if sources.rows:
             with conn.transaction():
-                for row in sources.rows:
-                    conn.execute(queries.COPY_SQL_DOCUMENT, row)
+                for doc in sources.rows:
+                    params = (doc.source_key, doc.title, doc.content, doc.content_bytes, doc.mime_type)
+                    conn.execute(queries.COPY_SQL_DOCUMENT, params)
             Worker(conn, pipeline, []).drain(threading.Event())
         return [r[0] for r in conn.execute("SELECT id FROM connector.documents")]
 

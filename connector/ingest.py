@@ -88,5 +88,5 @@ def ingest(
         outcome = "unchanged" if row is None else worker.process(row)
         report.counts[outcome] += 1
         if outcome in ("failed", "retry"):  # retry: a transient error; queued again for a sidecar to retry
-            report.failures.extend((key, error or "") for _, key, error in store.errors([row.id]))
+            report.failures.extend((e.source_key, e.last_error or "") for e in store.errors([row.id]))
     return report

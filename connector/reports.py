@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from connector import qa
+from connector.db.rows import FoundDocument, StoredCandidate, StrategyMeans
 from connector.settings import ChunkingSettings
 
 
@@ -57,10 +59,13 @@ def eval_table(k: int, results) -> Table:
         table.add_row(
             r.name, str(r.documents), str(r.chunks), f"{r.mean_tokens:.0f}", f"{s.recall:.3f}", f"{s.mrr:.3f}",
             f"{s.lenient_recall:.3f}", *(f"{r.scores[kind].recall:.3f}" if kind in r.scores else "-" for kind in kinds),
-            *(f"{r.search[mode]['all'].recall:.3f} {r.search[mode]['all'].mrr:.3f}".split() if mode in r.search
-              else ("-", "-") for mode in ("vector", "hybrid")),
+            *(cell for mode in ("vector", "hybrid") for cell in _recall_mrr(r.search.get(mode, {}).get("all"))),
         )  # fmt: skip
     return table
+
+
+def _recall_mrr(scores: qa.Scores | None) -> tuple[str, str]:
+    return (f"{scores.recall:.3f}", f"{scores.mrr:.3f}") if scores else ("-", "-")
 
 
 def search_kinds_table(k: int, result) -> Table:
@@ -171,33 +176,31 @@ def conversion_print(rows: list[dict], summary: dict) -> None:
     )
 
 
-_DOCUMENT_KEYS = ("id", "source", "source_key", "status", "strategy", "score", "last_error")
-_CANDIDATE_KEYS = ("strategy", "chunks", "rc", "icc", "dcc", "bi", "sc", "score", "ms", "chosen", "error", "params",
-                   "rc_backend", "metric_ms")  # fmt: skip
+def explain_payload(doc: FoundDocument, rows: list[StoredCandidate]) -> dict:
+    return {"document": asdict(doc), "candidates": [_candidate_json(c) for c in rows]}
 
 
-def explain_payload(doc: tuple, rows: list[tuple]) -> dict:
-    return {
-        "document": dict(zip(_DOCUMENT_KEYS, doc, strict=True)),
-        "candidates": [dict(zip(_CANDIDATE_KEYS, r, strict=True)) for r in rows],
-    }
+def _candidate_json(c: StoredCandidate) -> dict:
+    return {"strategy": c.strategy, "chunks": c.chunk_count, "rc": c.rc, "icc": c.icc, "dcc": c.dcc, "bi": c.bi,
+            "sc": c.sc, "score": c.score, "ms": c.elapsed_ms, "chosen": c.chosen, "error": c.error, "params": c.params,
+            "rc_backend": c.rc_backend, "metric_ms": c.metric_ms}  # fmt: skip
 
 
-def explain_table(doc: tuple, rows: list[tuple]) -> Table:
-    doc_id, source, key, status, _strategy, _score, error = doc
-    title = f"document {doc_id} ({source}: {key}) — {status}" + (f": {error}" if error else "")
+def explain_table(doc: FoundDocument, rows: list[StoredCandidate]) -> Table:
+    error = doc.last_error
+    title = f"document {doc.id} ({doc.source}: {doc.source_key}) — {doc.status}" + (f": {error}" if error else "")
     table = Table("strategy", "chunks", "RC", "ICC", "DCC", "BI", "SC", "score", "ms", "chosen", "why not run",
                   title=title)  # fmt: skip
 
     def num(v) -> str:
         return "-" if v is None else f"{v:.3f}"
 
-    backends = {r[12] for r in rows if r[12]}
+    backends = {c.rc_backend for c in rows if c.rc_backend}
     if backends:
         table.caption = f"RC by the {', '.join(sorted(backends))} coreference backend"
-    for strategy, chunks, rc, icc, dcc, bi, sc, score, ms, chosen, err, _params, _backend, _metric_ms in rows:
-        table.add_row(strategy, str(chunks), num(rc), num(icc), num(dcc), num(bi), num(sc), num(score),
-                      f"{ms:.0f}", "yes" if chosen else "", err or "")  # fmt: skip
+    for c in rows:
+        table.add_row(c.strategy, str(c.chunk_count), num(c.rc), num(c.icc), num(c.dcc), num(c.bi), num(c.sc),
+                      num(c.score), f"{c.elapsed_ms:.0f}", "yes" if c.chosen else "", c.error or "")  # fmt: skip
     return table
 
 
@@ -222,11 +225,8 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-_REPORT_KEYS = ("strategy", "documents", "wins", "rc", "icc", "dcc", "bi", "sc", "score", "chunks")
-
-
-def strategy_payload(rows: list[tuple]) -> list[dict]:
-    out = [dict(zip(_REPORT_KEYS, row, strict=True)) for row in rows]
+def strategy_payload(rows: list[StrategyMeans]) -> list[dict]:
+    out = [asdict(row) for row in rows]  # its fields are the payload's keys, in order
     adaptive = next((r for r in out if r["strategy"] == "adaptive"), None)
     total = adaptive["documents"] if adaptive else 0
     for r in out:
@@ -250,8 +250,6 @@ def strategy_print(payload: list[dict]) -> None:
 
 def search_row(result) -> dict:
     """One `connector search` result as JSON: the hit's columns, and its passage when asked for."""
-    from dataclasses import asdict
-
     row = asdict(result.hit)
     if result.passage is not None:
         row["context"] = asdict(result.passage)

@@ -117,7 +117,7 @@ class Settings(BaseSettings):
     )
     embed_batch_size: int = 32
     embed_template: str = Field(
-        "{text}",
+        "{heading}\n\n{text}",
         description="What the embedding model reads for a chunk: `{text}` (the chunk) under an optional heading "
         "from `{title}` (the document's), `{section}` (its section path) or `{heading}` (both, ' › '-joined); "
         "e.g. '{heading}\\n\\n{text}'. The stored text is the chunk alone.",
@@ -141,9 +141,9 @@ class Settings(BaseSettings):
     max_document_mb: float = Field(100.0, description="Larger files and rows fail with 'too large'.")
     keep_deleted: bool = Field(False, description="Keep the chunks of files deleted from the watched folder.")
     http_port: int | None = Field(
-        None, description="Serve /health and Prometheus /metrics on 127.0.0.1 at this port (unset: off)."
+        None, description="Serve /health, Prometheus /metrics and /search on http_host at this port (unset: off)."
     )
-    http_host: str = Field("127.0.0.1", description="Address of the health/metrics server.")
+    http_host: str = Field("127.0.0.1", description="Address of the HTTP server (/health, /metrics, /search).")
     log_format: Literal["text", "json"] = Field("text", description="text, or json: one object per line.")
 
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)

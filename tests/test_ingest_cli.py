@@ -289,3 +289,22 @@ def test_explain_shows_every_candidate_and_why_some_did_not_run(tmp_path: Path, 
     missing = subprocess.run(connector_cmd("explain", "nope.txt", "--dsn", dsn), env=env,
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert missing.returncode == 1 and "no document with id or source key 'nope.txt'" in missing.stderr
+
+
+def test_help_shows_flags_without_a_type() -> None:
+    """typer prints `<bool>` beside flags unless told not to; every command's help is checked (in-process: the
+    help is the same text the command line prints)."""
+    from typer.testing import CliRunner
+
+    from connector.cli import app
+
+    runner = CliRunner()
+    listing = runner.invoke(app, ["--help"], terminal_width=100)
+    assert listing.exit_code == 0 and "<bool>" not in listing.output
+    rows = [line for line in listing.output.splitlines() if line.startswith("│ ") and line[2] not in " -"]
+    commands = [row.split()[1] for row in rows]
+    assert {"run", "search", "ingest", "eval"} <= set(commands), listing.output
+    for command in commands:
+        out = runner.invoke(app, [command, "--help"], terminal_width=100)
+        assert out.exit_code == 0 and "--" in out.output, (command, out.output)
+        assert "<bool>" not in out.output, (command, out.output)

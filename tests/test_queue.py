@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from connector.db.database import connect
+from connector.db.rows import DocumentKey
 from connector.db.store import Store
 from connector.embedders.base import Embeddings
 from connector.embedders.fake import FakeEmbedder
@@ -79,7 +80,7 @@ def test_transient_failures_back_off_then_fail_after_max_attempts_and_retry_requ
         assert (status, retries, attempts) == ("failed", 3, 3) and "timed out" in error
         assert store.claim_next(60, "w") is None
 
-        assert store.retry_failed(str(doc)) == [(doc, "flaky")]
+        assert store.retry_failed(str(doc)) == [DocumentKey(doc, "flaky")]
         assert _row(conn, doc)[:2] == ("pending", 0)
         assert worker.process(store.claim_next(60, "w")) == "done"  # the endpoint is back
         assert_consistent(conn)

@@ -91,6 +91,9 @@ def test_folder_drops_become_chunks(sidecar, migrated_dsn: str, tmp_path: Path) 
             > 1
         )
     assert proc.poll() is None
+    log = output_of(proc)
+    for key in ("dockerfile.md", "slow.pdf", "corrupt.pdf"):  # each document's start is in the log, then its end
+        assert log.index(f"processing {key}") < log.index(f"failed {key}" if key == "corrupt.pdf" else f"done {key}")
 
 
 def test_rows_inserted_in_sql_become_chunks(sidecar, migrated_dsn: str) -> None:

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import class_row
 
 from connector import secrets
 from connector.db import queries
+from connector.db.rows import EmbeddingModel
 from connector.embedders import Embedder
 from connector.errors import EmbeddingModelMismatch, FatalError, TransientError
 from connector.settings import Settings
@@ -214,8 +216,9 @@ def ensure_embedding_model(conn: psycopg.Connection, embedder: Embedder | type) 
         raise FatalError("the connector schema is missing: run `connector migrate` first") from exc
     if column_dim is None:
         raise FatalError("connector.chunks has no embedding column: run `connector migrate` first")
-    row = conn.execute(queries.SELECT_EMBEDDING_MODEL).fetchone()
-    name, dim = row if row else (None, column_dim[0])
+    with conn.cursor(row_factory=class_row(EmbeddingModel)) as cur:
+        row = cur.execute(queries.SELECT_EMBEDDING_MODEL).fetchone()
+    name, dim = (row.name, row.dim) if row else (None, column_dim[0])
     if dim != embedder.dim or (name is not None and name != embedder.name):
         conn.rollback()
         raise EmbeddingModelMismatch(

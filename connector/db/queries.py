@@ -1,5 +1,6 @@
 """All SQL the connector runs, in one place. The schema name is the constant `connector` (see settings.SCHEMA).
-Statements that name a user's table or columns are `psycopg.sql` templates, filled with `sql.Identifier`."""
+Statements that name a user's table or columns are `psycopg.sql` templates, filled with `sql.Identifier`.
+The rows of the reads are the dataclasses of rows.py, in the same order; a column's name (or alias) is its field's."""
 
 from psycopg import sql
 
@@ -232,7 +233,7 @@ SET status = 'pending', attempts = attempts + 1, lease_expires_at = NULL, claime
 WHERE id = %(id)s AND attempts = %(token)s AND status = 'processing'
 """
 
-STATUS_COUNTS = "SELECT status, count(*) FROM connector.documents GROUP BY status ORDER BY status"
+STATUS_COUNTS = "SELECT status, count(*) AS documents FROM connector.documents GROUP BY status ORDER BY status"
 
 LAST_ERRORS = """
 SELECT id, source, source_key, attempts, last_error, updated_at FROM connector.documents
@@ -264,12 +265,13 @@ VALUES ('sql', %s, %s, %s, %s, %s)
 """
 
 CHUNK_STATS = """
-SELECT count(DISTINCT document_id), count(*), coalesce(avg(token_count), 0)
+SELECT count(DISTINCT document_id) AS documents, count(*) AS chunks, coalesce(avg(token_count), 0) AS mean_tokens
 FROM connector.chunks WHERE document_id = ANY(%s)
 """
 
 WINNERS = """
-SELECT strategy, count(*) FROM connector.documents WHERE status = 'done' AND id = ANY(%s) GROUP BY 1 ORDER BY 2 DESC, 1
+SELECT strategy, count(*) AS wins FROM connector.documents WHERE status = 'done' AND id = ANY(%s)
+GROUP BY 1 ORDER BY 2 DESC, 1
 """
 
 # `connector explain`: a document by id or by source key (any source), and its candidates, best first.
@@ -293,7 +295,8 @@ WITH done AS (
     WHERE d.status = 'done' AND c.error IS NULL AND c.chunk_count > 0
 )
 SELECT strategy, count(*) AS documents, count(*) FILTER (WHERE chosen) AS wins,
-       avg(rc), avg(icc), avg(dcc), avg(bi), avg(sc), avg(score), avg(chunk_count)
+       avg(rc) AS rc, avg(icc) AS icc, avg(dcc) AS dcc, avg(bi) AS bi, avg(sc) AS sc, avg(score) AS score,
+       avg(chunk_count) AS chunks
 FROM done GROUP BY strategy
 UNION ALL
 SELECT 'adaptive', count(*), count(*), avg(rc), avg(icc), avg(dcc), avg(bi), avg(sc), avg(score), avg(chunk_count)
@@ -336,7 +339,8 @@ WHERE source = 'folder' AND left(file_path, length(%(root)s) + 1) = %(root)s || 
 
 # `connector watch-table` (see sources/table.py).
 RESOLVE_TABLE = """
-SELECT c.oid::int, format('%%I.%%I', n.nspname, c.relname), n.nspname, c.relname
+SELECT c.oid::int AS oid, format('%%I.%%I', n.nspname, c.relname) AS qualified, n.nspname AS schema,
+       c.relname AS name
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = to_regclass(%s) AND c.relkind IN ('r', 'p')
 """

@@ -12,6 +12,20 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from connector.db import queries
+from connector.db.rows import (
+    DocumentKey,
+    Failure,
+    FolderFile,
+    FolderSignature,
+    FoundDocument,
+    LastError,
+    Lease,
+    Passage,
+    SearchHit,
+    StatusCount,
+    StoredCandidate,
+    StrategyMeans,
+)
 from connector.errors import DocumentError
 from connector.models import Block, Outcome, SourceDocument
 from connector.sources.files import NotRegularFile, TooLarge, read_regular
@@ -80,41 +94,9 @@ class ClaimedRow:
 
 
 @dataclass(frozen=True, slots=True)
-class SearchHit:
-    """A row of `connector.search()`, best first."""
-
-    chunk_id: int
-    document_id: int
-    source_key: str
-    title: str | None
-    text: str
-    section_path: list[str]
-    page_start: int | None
-    page_end: int | None
-    chunk_type: str
-    score: float
-    strategy: str
-    prev_chunk_id: int | None
-    next_chunk_id: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Passage:
-    """A row of `connector.search_context()`: a hit and its neighbours as one span of the document."""
-
-    document_id: int
-    first_chunk_id: int
-    last_chunk_id: int
-    text: str
-    section_path: list[str]
-    page_start: int | None
-    page_end: int | None
-
-
-@dataclass(frozen=True, slots=True)
 class StatusReport:
     counts: dict[str, int]
-    failures: list[tuple]
+    failures: list[Failure]
 
 
 def _block_json(block: Block) -> dict:
@@ -153,19 +135,18 @@ class Store:
             row = self.conn.execute(queries.RECORD_FILE_FAILURE, params).fetchone()
         return row[0] if row else None
 
-    def folder_signatures(self, root: Path) -> dict[str, tuple[str, tuple[int, int] | None, bool]]:
-        """source_key → (file_path, (size, mtime_ns) when last hashed, whether its bytes were read) under `root`."""
-        with self.conn.transaction():
-            rows = self.conn.execute(queries.FOLDER_SIGNATURES, {"root": str(root)}).fetchall()
-        return {key: (path, (size, mtime) if size is not None else None, read) for key, path, size, mtime, read in rows}
+    def folder_signatures(self, root: Path) -> dict[str, FolderSignature]:
+        """source_key → what its row says of the file, for the folder rows under `root`."""
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(FolderSignature)) as cur:
+            rows = cur.execute(queries.FOLDER_SIGNATURES, {"root": str(root)}).fetchall()
+        return {row.source_key: row for row in rows}
 
     def claim_next(self, lease_seconds: int, worker: str = "", roots: Sequence[Path] = ()) -> ClaimedRow | None:
         """The oldest claimable row; folder rows only for a worker that reads files (has `roots`): a worker serving
         only the table leaves them to one that watches the folder."""
         params = {"lease": lease_seconds, "worker": worker, "reads_files": bool(roots)}
-        with self.conn.transaction():
-            row = self.conn.execute(queries.CLAIM_NEXT, params).fetchone()
-        return ClaimedRow(*row) if row else None
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(ClaimedRow)) as cur:
+            return cur.execute(queries.CLAIM_NEXT, params).fetchone()
 
     def heartbeat(self, row: ClaimedRow, lease_seconds: int) -> bool:
         """Extend the row's lease; False when it is no longer ours."""
@@ -183,43 +164,43 @@ class Store:
             found = self.conn.execute(queries.RETRY_LATER, params).fetchone()
         return found[0] if found else None
 
-    def retry_failed(self, ref: str | None) -> list[tuple[int, str]]:
-        with self.conn.transaction():
-            return self.conn.execute(queries.RETRY_FAILED, {"ref": ref}).fetchall()
+    def retry_failed(self, ref: str | None) -> list[DocumentKey]:
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(DocumentKey)) as cur:
+            return cur.execute(queries.RETRY_FAILED, {"ref": ref}).fetchall()
 
     def release_mine(self, worker: str) -> int:
         with self.conn.transaction():
             return self.conn.execute(queries.RELEASE_MINE, {"worker": worker}).rowcount
 
-    def delete_folder_documents(self, key: str) -> list[tuple[int, str]]:
+    def delete_folder_documents(self, key: str) -> list[DocumentKey]:
         """The document of a deleted file (or every document under a deleted folder), chunks included."""
-        with self.conn.transaction():
-            return self.conn.execute(queries.DELETE_FOLDER_DOCUMENTS, {"key": key}).fetchall()
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(DocumentKey)) as cur:
+            return cur.execute(queries.DELETE_FOLDER_DOCUMENTS, {"key": key}).fetchall()
 
-    def delete_replaced(self, old: str, new: str) -> list[tuple[int, str]]:
+    def delete_replaced(self, old: str, new: str) -> list[DocumentKey]:
         """The document at `new` when a file that has a document moves over it (not when `old` has none: then the
         move was already applied, e.g. by the rename of its folder)."""
-        with self.conn.transaction():
-            return self.conn.execute(queries.DELETE_REPLACED, {"old": old, "new": new}).fetchall()
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(DocumentKey)) as cur:
+            return cur.execute(queries.DELETE_REPLACED, {"old": old, "new": new}).fetchall()
 
-    def rename_folder_documents(self, root: Path, old: str, new: str) -> list[tuple[int, str]]:
+    def rename_folder_documents(self, root: Path, old: str, new: str) -> list[DocumentKey]:
         """Move documents to a new key (a renamed file, or every file of a renamed folder), chunks untouched."""
         params = {"old": old, "new": new, "root": str(root), "title": Path(new).name}
-        with self.conn.transaction():
-            return self.conn.execute(queries.RENAME_FOLDER_DOCUMENTS, params).fetchall()
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(DocumentKey)) as cur:
+            return cur.execute(queries.RENAME_FOLDER_DOCUMENTS, params).fetchall()
 
-    def folder_files_under(self, root: Path) -> list[tuple[str, str]]:
-        with self.conn.transaction():
-            return self.conn.execute(queries.FOLDER_FILES_UNDER, {"root": str(root)}).fetchall()
+    def folder_files_under(self, root: Path) -> list[FolderFile]:
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(FolderFile)) as cur:
+            return cur.execute(queries.FOLDER_FILES_UNDER, {"root": str(root)}).fetchall()
 
     def queue_depth(self) -> dict[str, int]:
         with self.conn.transaction():
             ready, waiting, processing, done, failed = self.conn.execute(queries.QUEUE_DEPTH).fetchone()
         return {"ready": ready, "backing_off": waiting, "processing": processing, "done": done, "failed": failed}
 
-    def in_flight(self) -> list[tuple]:
-        with self.conn.transaction():
-            return self.conn.execute(queries.IN_FLIGHT).fetchall()
+    def in_flight(self) -> list[Lease]:
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(Lease)) as cur:
+            return cur.execute(queries.IN_FLIGHT).fetchall()
 
     def ingest_file(
         self, key: str, path: Path, mime: str, content_hash: str, lease_seconds: int, worker: str | None = None
@@ -227,9 +208,8 @@ class Store:
         """Queue a file and claim it for this process at once; None when it is stored with these exact bytes."""
         params = {"key": key, "title": path.name, "mime": mime, "path": str(path), "hash": content_hash,
                   "worker": worker}  # fmt: skip
-        with self.conn.transaction():
-            row = self.conn.execute(queries.INGEST_FILE, {**params, "lease": lease_seconds}).fetchone()
-        return ClaimedRow(*row) if row else None
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(ClaimedRow)) as cur:
+            return cur.execute(queries.INGEST_FILE, {**params, "lease": lease_seconds}).fetchone()
 
     def write(self, row: ClaimedRow, source: SourceDocument, outcome: Outcome) -> bool:
         """Replace the document's chunks and candidates and mark it done, all in one transaction: a reader sees the
@@ -312,19 +292,21 @@ class Store:
         with self.conn.transaction():
             return self.conn.execute(queries.RELEASE, {"id": row.id, "token": row.attempts}).rowcount == 1
 
-    def errors(self, document_ids: list[int]) -> list[tuple[int, str, str | None]]:
-        """(id, source_key, last_error) of the given documents."""
-        with self.conn.transaction():
-            return self.conn.execute(queries.ERRORS_OF, (document_ids,)).fetchall()
+    def errors(self, document_ids: list[int]) -> list[LastError]:
+        """The last error of each of the given documents."""
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(LastError)) as cur:
+            return cur.execute(queries.ERRORS_OF, (document_ids,)).fetchall()
 
-    def explain(self, ref: str) -> tuple[tuple | None, list[tuple], int]:
+    def explain(self, ref: str) -> tuple[FoundDocument | None, list[StoredCandidate], int]:
         """The document an id or source key names, its candidates, and how many documents matched."""
         with self.conn.transaction():
-            matches = self.conn.execute(queries.FIND_DOCUMENT, {"ref": ref}).fetchall()
+            with self.conn.cursor(row_factory=class_row(FoundDocument)) as cur:
+                matches = cur.execute(queries.FIND_DOCUMENT, {"ref": ref}).fetchall()
             if not matches:
                 return None, [], 0
-            rows = self.conn.execute(queries.CANDIDATES_OF, (matches[0][0],)).fetchall()
-        return matches[0], rows, len(matches)
+            with self.conn.cursor(row_factory=class_row(StoredCandidate)) as cur:
+                candidates = cur.execute(queries.CANDIDATES_OF, (matches[0].id,)).fetchall()
+        return matches[0], candidates, len(matches)
 
     def search(self, embedding, text: str | None, k: int, filter: dict) -> list[SearchHit]:  # noqa: A002
         params = {"embedding": embedding, "text": text, "k": k, "filter": Jsonb(filter)}
@@ -336,12 +318,14 @@ class Store:
         with self.conn.transaction(), self.conn.cursor(row_factory=class_row(Passage)) as cur:
             return cur.execute(queries.SEARCH_CONTEXT, params).fetchone()
 
-    def strategy_report(self) -> list[tuple]:
-        with self.conn.transaction():
-            return self.conn.execute(queries.STRATEGY_REPORT).fetchall()
+    def strategy_report(self) -> list[StrategyMeans]:
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(StrategyMeans)) as cur:
+            return cur.execute(queries.STRATEGY_REPORT).fetchall()
 
     def status(self, last: int = 10) -> StatusReport:
         with self.conn.transaction():
-            counts = dict(self.conn.execute(queries.STATUS_COUNTS).fetchall())
-            failures = self.conn.execute(queries.LAST_ERRORS, (last,)).fetchall()
+            with self.conn.cursor(row_factory=class_row(StatusCount)) as cur:
+                counts = {row.status: row.documents for row in cur.execute(queries.STATUS_COUNTS)}
+            with self.conn.cursor(row_factory=class_row(Failure)) as cur:
+                failures = cur.execute(queries.LAST_ERRORS, (last,)).fetchall()
         return StatusReport(counts, failures)

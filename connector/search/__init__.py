@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.rows import class_row
 
 from connector.db import queries
+from connector.db.rows import EmbeddingModel
 from connector.db.store import Passage, SearchHit, Store
 from connector.embedders import Embedder
 from connector.errors import EmbeddingModelMismatch
@@ -26,11 +28,12 @@ class Result:
 def check_model(conn: psycopg.Connection, embedder: Embedder | type) -> None:
     """Refuse to search with another model than the one the stored vectors came from (reading only: a search never
     records a model)."""
-    row = conn.execute(queries.SELECT_EMBEDDING_MODEL).fetchone()
+    with conn.cursor(row_factory=class_row(EmbeddingModel)) as cur:
+        model = cur.execute(queries.SELECT_EMBEDDING_MODEL).fetchone()
     conn.rollback()
-    if row is not None and (row[0] != embedder.name or row[1] != embedder.dim):
+    if model is not None and (model.name != embedder.name or model.dim != embedder.dim):
         raise EmbeddingModelMismatch(
-            f"the stored vectors come from {row[0]} ({row[1]} dimensions), the configured embedder is "
+            f"the stored vectors come from {model.name} ({model.dim} dimensions), the configured embedder is "
             f"{embedder.name} ({embedder.dim}): set CONNECTOR_EMBEDDER (or --embedder) to the database's model"
         )
 

@@ -181,14 +181,14 @@ def rescan(store: Store, root: Path, keep_deleted: bool, changed: Callable[[Path
             continue
         seen.add(key)
         stored = known.get(key)
-        if stored is None or not stored[2] or stored[1] is None or not _unchanged(path, stored[1]):
+        if stored is None or not stored.read or stored.signature is None or not _unchanged(path, stored.signature):
             changed(path)
     if keep_deleted:
         return []
     # A folder that could not be listed (permissions, an I/O error) hides its files: they are not gone.
     hidden = tuple(str(p) + os.sep for p in unlisted)
-    return [key for key, (file_path, _, _) in known.items()
-            if key not in seen and not file_path.startswith(hidden) and _gone(file_path)]  # fmt: skip
+    return [key for key, row in known.items()
+            if key not in seen and not row.file_path.startswith(hidden) and _gone(row.file_path)]  # fmt: skip
 
 
 def _gone(file_path: str) -> bool:

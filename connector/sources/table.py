@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import class_row
 
 from connector.db import queries
+from connector.db.rows import ResolvedTable
 from connector.errors import ConnectorError
 from connector.settings import SCHEMA
 
@@ -44,14 +46,15 @@ class Watched:
     skipped: int = 0  # rows with a NULL id: not queued until they get one
 
 
-def _resolve(conn: psycopg.Connection, table: str) -> tuple[int, str, str, str]:
-    """(oid, qualified name, schema, name) of `schema.table` (or `table` on the search path)."""
+def _resolve(conn: psycopg.Connection, table: str) -> ResolvedTable:
+    """`schema.table` (or `table` on the search path) as Postgres knows it."""
     schema, _, name = table.rpartition(".")
     ident = sql.Identifier(schema, name) if schema else sql.Identifier(name)
-    row = conn.execute(queries.RESOLVE_TABLE, (ident.as_string(conn),)).fetchone()
-    if row is None:
+    with conn.cursor(row_factory=class_row(ResolvedTable)) as cur:
+        found = cur.execute(queries.RESOLVE_TABLE, (ident.as_string(conn),)).fetchone()
+    if found is None:
         raise WatchError(f"no such table: {table!r}")
-    return row
+    return found
 
 
 def watch(
@@ -63,18 +66,19 @@ def watch(
     metadata_columns: Sequence[str] = (),
 ) -> Watched:
     with conn.transaction():
-        oid, qualified, schema, name = _resolve(conn, table)
-        if schema == SCHEMA:
+        found = _resolve(conn, table)
+        qualified = found.qualified
+        if found.schema == SCHEMA:
             raise WatchError(
                 f"{qualified} is one of the connector's own tables: watching it would feed the queue into itself "
                 "(on connector.documents every insert would fire the trigger again, without end)"
             )
-        columns = {r[0] for r in conn.execute(queries.TABLE_COLUMNS, (oid,))}
+        columns = {r[0] for r in conn.execute(queries.TABLE_COLUMNS, (found.oid,))}
         named = [id_column, text_column, *([title_column] if title_column else []), *metadata_columns]
         missing = [c for c in named if c not in columns]
         if missing:
             raise WatchError(f"{qualified} has no column {', '.join(map(repr, missing))}")
-        target = sql.Identifier(schema, name)
+        target = sql.Identifier(found.schema, found.name)
         args = sql.SQL(", ").join(
             sql.Literal(v) for v in (qualified, id_column, text_column, title_column or "", *metadata_columns)
         )
@@ -114,13 +118,13 @@ def watch(
 def unwatch(conn: psycopg.Connection, table: str, purge: bool = False) -> tuple[str, int]:
     """Remove the triggers (and, with `purge`, the table's documents); returns (table, documents removed)."""
     with conn.transaction():
-        _oid, qualified, schema, name = _resolve(conn, table)
-        _drop_triggers(conn, sql.Identifier(schema, name))
-        conn.execute(queries.UNREGISTER_WATCH, (qualified,))
+        found = _resolve(conn, table)
+        _drop_triggers(conn, sql.Identifier(found.schema, found.name))
+        conn.execute(queries.UNREGISTER_WATCH, (found.qualified,))
         removed = 0
         if purge:
-            removed = conn.execute(queries.PURGE_TABLE_DOCUMENTS, {"prefix": qualified}).rowcount
-    return qualified, removed
+            removed = conn.execute(queries.PURGE_TABLE_DOCUMENTS, {"prefix": found.qualified}).rowcount
+    return found.qualified, removed
 
 
 def _drop_triggers(conn: psycopg.Connection, target: sql.Composable) -> None:

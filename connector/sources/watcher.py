@@ -287,13 +287,13 @@ class FolderWatcher:
         for i, op in enumerate(ops):
             try:
                 if op[0] == "delete":
-                    for doc_id, key in store.delete_folder_documents(op[1]):
-                        log.info("removed %s (document %d): file deleted", key, doc_id)
+                    for doc in store.delete_folder_documents(op[1]):
+                        log.info("removed %s (document %d): file deleted", doc.source_key, doc.id)
                 else:
-                    for doc_id, key in store.delete_replaced(op[1], op[2]):  # a file moved over another one
-                        log.info("removed %s (document %d): replaced by a moved file", key, doc_id)
-                    for doc_id, key in store.rename_folder_documents(self.root, op[1], op[2]):
-                        log.info("renamed to %s (document %d)", key, doc_id)
+                    for doc in store.delete_replaced(op[1], op[2]):  # a file moved over another one
+                        log.info("removed %s (document %d): replaced by a moved file", doc.source_key, doc.id)
+                    for doc in store.rename_folder_documents(self.root, op[1], op[2]):
+                        log.info("renamed to %s (document %d)", doc.source_key, doc.id)
             except psycopg.OperationalError:
                 if not store.conn.broken:  # this operation only; the next rescan repairs it
                     log.exception("could not apply %s", printable(repr(op)))

@@ -7,7 +7,11 @@
 - The text arm scores the chunks holding any of the question's lexemes by Okapi BM25 (k1 = 1.2, b = 0.75; idf
   `ln(1 + (N - df + 0.5) / (df + 0.5))` over every stored chunk) instead of `ts_rank_cd`, which has no term
   statistics (a question's rare word weighs the same as its common one) and recomputes a rank from each matching
-  chunk's whole tsvector. Fusion with the vector arm is unchanged (weighted reciprocal rank fusion).
+  chunk's whole tsvector. Fusion with the vector arm is unchanged (weighted reciprocal rank fusion); the text arm's
+  weight is now 1 by default (equal fusion).
+- Measured on the dev QA (60 questions, MiniLM, k = 5, default pipeline), recall@5 / MRR: the text arm alone
+  0.583 / 0.427 with `ts_rank_cd`, 0.883 / 0.731 with BM25; hybrid with the contextual embedding text, text
+  weight 0.5: 0.867 / 0.726, 1: 0.867 / 0.749 (0.5 with `ts_rank_cd` and plain text: 0.867 / 0.648).
 
 Revision ID: 0008
 Revises: 0007
@@ -35,10 +39,15 @@ TEXT_ARM = """
                sum(ln(1 + (n_chunks - q.df + 0.5) / (q.df + 0.5))
                    * ct.tf * 2.2 / (ct.tf + 1.2 * (0.25 + 0.75 * ct.chunk_len / avgdl))) AS bm
         FROM q JOIN connector.chunk_terms ct ON ct.term = q.term
+        -- NOTE: said again on the postings themselves: from the join alone the planner expects q to be large and
+        -- scans every posting (600 ms on 25,000 chunks, against 2 ms through the index).
+        WHERE ct.term = ANY(terms)
         GROUP BY ct.chunk_id
     ), fts AS (
+        -- Without a filter only the best `pool` are looked up (LIMIT NULL: all of them, to be filtered).
         SELECT b.id, row_number() OVER (ORDER BY b.bm DESC, b.id) AS r
-        FROM bm25 b JOIN connector.chunks c ON c.id = b.id JOIN connector.documents d ON d.id = c.document_id
+        FROM (SELECT * FROM bm25 ORDER BY bm25.bm DESC, bm25.id LIMIT CASE WHEN filter = '{{}}'::jsonb THEN pool END) b
+        JOIN connector.chunks c ON c.id = b.id JOIN connector.documents d ON d.id = c.document_id
         WHERE connector.search_matches(filter, d.metadata, d.source, d.source_key, c.chunk_type, c.document_id)
         ORDER BY b.bm DESC, b.id
         LIMIT pool
@@ -92,7 +101,7 @@ def bm25_search(m0007) -> str:
         if old not in sql:
             raise RuntimeError("migration 0007's connector.search() is not the one this migration rewrites")
         sql = sql.replace(old, new)
-    return sql.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+    return sql.replace("text_weight double precision DEFAULT 0.5", "text_weight double precision DEFAULT 1.0", 1)
 
 
 def upgrade() -> None:
@@ -111,12 +120,12 @@ def upgrade() -> None:
         """
     )
     op.execute(FILL)
+    op.execute("DROP FUNCTION connector.search(vector, text, integer, jsonb, double precision, double precision)")
     op.execute(bm25_search(m0007).format(config=m0007._text_config()))
 
 
 def downgrade() -> None:
     m0007 = _m0007()
-    op.execute(
-        m0007.SEARCH.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1).format(config=m0007._text_config())
-    )
+    op.execute("DROP FUNCTION connector.search(vector, text, integer, jsonb, double precision, double precision)")
+    op.execute(m0007.SEARCH.format(config=m0007._text_config()))
     op.execute("DROP TABLE IF EXISTS connector.chunk_terms; DROP INDEX IF EXISTS connector.chunks_token_count")

@@ -1,0 +1,223 @@
+"""The rows the connector's reads return, one frozen dataclass per result shape, in the order of their queries in
+queries.py. Each is read through `cursor(row_factory=class_row(...))`: a field is named after its column (aliased in
+the SQL where the column's own name would read badly), so a column added to a query without its field fails loudly.
+
+`ClaimedRow` (CLAIM_NEXT, INGEST_FILE) lives in store.py: it is more than a row, it reads its document's bytes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingModel:
+    """SELECT_EMBEDDING_MODEL: the model the stored vectors come from."""
+
+    name: str
+    dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class FolderSignature:
+    """FOLDER_SIGNATURES: what a rescan knows of a folder row without reading its file."""
+
+    source_key: str
+    file_path: str
+    file_size: int | None
+    file_mtime_ns: int | None
+    read: bool  # its bytes were hashed (not for unreadable, too large, unsupported files, or older rows)
+
+    @property
+    def signature(self) -> tuple[int, int] | None:
+        """(size, mtime_ns) when the file was last hashed."""
+        return (self.file_size, self.file_mtime_ns) if self.file_size is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentKey:
+    """RETRY_FAILED, DELETE_FOLDER_DOCUMENTS, DELETE_REPLACED, RENAME_FOLDER_DOCUMENTS: a document requeued, removed
+    or renamed (under its new key)."""
+
+    id: int
+    source_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """IN_FLIGHT: a document being processed, and who holds it until when."""
+
+    id: int
+    source_key: str
+    claimed_by: str | None
+    attempts: int
+    heartbeat_at: datetime | None
+    lease_expires_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusCount:
+    """STATUS_COUNTS."""
+
+    status: str
+    documents: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """LAST_ERRORS: a failed document, most recent first."""
+
+    id: int
+    source: str
+    source_key: str
+    attempts: int
+    last_error: str | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LastError:
+    """ERRORS_OF."""
+
+    id: int
+    source_key: str
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NearestChunk:
+    """NEAREST_CHUNKS."""
+
+    source_key: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class DoneDocument:
+    """DOCUMENTS_BY_KEY: a stored document's source, to ingest again elsewhere."""
+
+    id: int
+    source: str
+    source_key: str
+    title: str | None
+    content: str | None
+    content_bytes: bytes | None
+    mime_type: str | None
+    file_path: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkStats:
+    """CHUNK_STATS: over some documents."""
+
+    documents: int  # with chunks
+    chunks: int
+    mean_tokens: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyWins:
+    """WINNERS."""
+
+    strategy: str
+    wins: int
+
+
+@dataclass(frozen=True, slots=True)
+class FoundDocument:
+    """FIND_DOCUMENT."""
+
+    id: int
+    source: str
+    source_key: str
+    status: str
+    strategy: str | None
+    score: float | None
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCandidate:
+    """CANDIDATES_OF: one candidate chunking of a document, best first."""
+
+    strategy: str
+    chunk_count: int
+    rc: float | None
+    icc: float | None
+    dcc: float | None
+    bi: float | None
+    sc: float | None
+    score: float | None
+    elapsed_ms: float
+    chosen: bool
+    error: str | None  # why it did not run
+    params: dict
+    rc_backend: str | None
+    metric_ms: dict
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyMeans:
+    """STRATEGY_REPORT: one strategy (or `adaptive`, the chosen candidates) over the documents it ran on."""
+
+    strategy: str
+    documents: int
+    wins: int
+    rc: float | None  # rc … score: means
+    icc: float | None
+    dcc: float | None
+    bi: float | None
+    sc: float | None
+    score: float | None
+    chunks: Decimal | None  # mean per document
+
+
+@dataclass(frozen=True, slots=True)
+class FolderFile:
+    """FOLDER_FILES_UNDER."""
+
+    source_key: str
+    file_path: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedTable:
+    """RESOLVE_TABLE: a user table `watch-table` was given."""
+
+    oid: int
+    qualified: str  # schema-qualified, quoted where needed, as Postgres prints it
+    schema: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """A row of `connector.search()`, best first."""
+
+    chunk_id: int
+    document_id: int
+    source_key: str
+    title: str | None
+    text: str
+    section_path: list[str]
+    page_start: int | None
+    page_end: int | None
+    chunk_type: str
+    score: float
+    strategy: str
+    prev_chunk_id: int | None
+    next_chunk_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """A row of `connector.search_context()`: a hit and its neighbours as one span of the document."""
+
+    document_id: int
+    first_chunk_id: int
+    last_chunk_id: int
+    text: str
+    section_path: list[str]
+    page_start: int | None
+    page_end: int | None
