@@ -297,6 +297,10 @@ def search(
         raise typer.BadParameter(f"--filter is not JSON: {exc}") from None
     if not isinstance(filters, dict):
         raise typer.BadParameter("--filter must be a JSON object")
+    try:
+        searching.check_request(question, filters)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     settings = _settings(dsn, embedder=embedder)
     with _errors():
         if print_vector:

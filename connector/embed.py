@@ -19,8 +19,11 @@ def embed_winner(
     document: Document, winner: Candidate, embedder: Embedder, template: str, title: str | None
 ) -> tuple[EmbeddedChunk, ...]:
     chunks = winner.chunks
-    prefixes = [heading_prefix(template, title, document.section_path_at(c.start)) for c in chunks]
-    result = embedder.embed([p + c.text + suffix(template) for p, c in zip(prefixes, chunks, strict=True)])
+    paths = [document.section_path_at(c.start) for c in chunks]
+    prefixes = [heading_prefix(template, title, path) for path in paths]
+    result = embedder.embed(
+        [p + c.text + suffix(template, title, path) for p, c, path in zip(prefixes, chunks, paths, strict=True)]
+    )
     return tuple(
         EmbeddedChunk(
             ordinal=i,
@@ -37,16 +40,23 @@ def embed_winner(
 
 
 def heading_prefix(template: str, title: str | None, section_path: tuple[str, ...]) -> str:
-    """The template's part before `{text}`, filled in; empty when it would hold no words (no title, no section)."""
-    before = template.split("{text}", 1)[0]
+    """The template's part before `{text}`, filled in; empty when there is nothing to say (no title, no section)."""
+    if not (title or section_path):
+        return ""
+    return _fill(template.split("{text}", 1)[0], title, section_path)
+
+
+def suffix(template: str, title: str | None, section_path: tuple[str, ...]) -> str:
+    """The template's part after `{text}`, filled in likewise."""
+    if not (title or section_path):
+        return ""
+    return _fill(template.split("{text}", 1)[1], title, section_path)
+
+
+def _fill(part: str, title: str | None, section_path: tuple[str, ...]) -> str:
     section = HEADING_SEPARATOR.join(section_path)
     heading = HEADING_SEPARATOR.join(p for p in (title or "", section) if p)
-    filled = before.format(title=title or "", section=section, heading=heading)
-    return filled if filled.strip() else ""
-
-
-def suffix(template: str) -> str:
-    return template.split("{text}", 1)[1]
+    return part.format(title=title or "", section=section, heading=heading)
 
 
 def _in_document(window, chunk: Chunk, prefix_len: int) -> EmbeddedWindow:

@@ -15,7 +15,7 @@ from pgvector.psycopg import register_vector
 from pydantic import ValidationError
 
 from connector.db.database import connect, ensure_embedding_model, migrate
-from connector.embed import _in_document, heading_prefix
+from connector.embed import _in_document, heading_prefix, suffix
 from connector.embedders import load
 from connector.embedders.base import Window
 from connector.models import Chunk
@@ -145,6 +145,9 @@ def test_the_heading_prefix_of_the_template() -> None:
     assert heading_prefix("{text}", "Guide", ("Install",)) == ""
     filled = heading_prefix("Document: {title}. Section: {section}.\n{text}", "G{x}", ())
     assert filled == "Document: G{x}. Section: .\n"
+    assert heading_prefix("Section: {section}\n{text}", None, ()) == ""  # nothing to say: no prefix at all
+    assert suffix("{text}\n\n(from {title})", "Guide", ()) == "\n\n(from Guide)"
+    assert suffix("{text}\n\n(from {title})", None, ()) == ""
 
 
 def test_the_template_setting_is_checked() -> None:
@@ -196,3 +199,42 @@ def test_migration_0007_gives_older_chunks_one_window_and_downgrades(dsn: str) -
         register_vector(conn)
         assert conn.execute("SELECT text FROM connector.search(%s, 'old chunk')", (v,)).fetchall() == [("old chunk",)]
         assert conn.execute("SELECT to_regclass('connector.chunk_windows')").fetchone() == (None,)
+
+
+REEMBED = "UPDATE connector.documents SET content_hash = NULL, status = 'pending', retries = 0 WHERE status = 'done';"
+
+
+def test_the_readmes_reembed_statement_re_embeds_stored_documents(settings: Settings) -> None:
+    """Documents stored with one template are embedded anew with another after the README's statement."""
+    from pathlib import Path
+
+    assert REEMBED in (Path(__file__).parents[1] / "README.md").read_text()
+    dsn = settings.dsn.get_secret_value()
+    fake = load("fake", 32)
+    text = "## Volumes\n\nDocker volumes keep data outside the container, and survive its removal.\n"
+
+    def drain(template: str) -> list:
+        run_settings = settings.model_copy(update={"embed_template": template})
+        with connect(dsn, autocommit=True) as conn:
+            Worker(conn, Pipeline(run_settings, fake), []).drain(threading.Event())
+            register_vector(conn)
+            return [_np(r[0]) for r in conn.execute("SELECT embedding FROM connector.chunks ORDER BY id")]
+
+    with connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO connector.documents (source_key, title, content, mime_type) "
+            "VALUES ('d', 'Engine guide', %s, 'text/markdown')",
+            (text,),
+        )
+        ensure_embedding_model(conn, fake)
+    plain = drain("{text}")
+    assert np.allclose(drain("{heading}\n\n{text}")[0], plain[0])  # nothing queued: the stored one is left alone
+    with connect(dsn, autocommit=True) as conn:
+        assert conn.execute(REEMBED).rowcount == 1
+    contextual = drain("{heading}\n\n{text}")
+    with psycopg.connect(dsn) as conn:
+        chunk_text, section_path = conn.execute("SELECT text, section_path FROM connector.chunks").fetchone()
+    assert section_path == ["Volumes"]
+    expected = fake.embed([heading_prefix("{heading}\n\n{text}", "Engine guide", tuple(section_path)) + chunk_text])
+    assert len(contextual) == 1 and not np.allclose(plain[0], contextual[0])
+    assert np.allclose(contextual[0], expected.vectors[0], atol=1e-6)

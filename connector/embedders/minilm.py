@@ -36,33 +36,40 @@ class MiniLMEmbedder:
         # Room for the [CLS] and [SEP] tokens the model adds around every window.
         self._window = self._model.max_seq_length - 2
         self._batch_size = batch_size
-        # NOTE: one embedding at a time per model. The Hugging Face fast tokenizer is not thread-safe (encoding
-        # toggles truncation and padding on the shared Rust object: concurrent calls fail with "Already borrowed"),
-        # and torch already spreads one batch over every core, so worker threads gain nothing by overlapping here.
+        # NOTE: one tokenizer or model call at a time per model. The Hugging Face fast tokenizer is not thread-safe
+        # (encoding toggles truncation and padding on the shared Rust object: concurrent calls fail with "Already
+        # borrowed"), and torch already spreads one batch over every core, so threads gain nothing by overlapping.
+        # The lock is taken per text and per batch, not per call: a search's one-line question waits for one
+        # batch of a document being embedded, not for the whole document.
         self._lock = threading.Lock()
 
     def embed(self, texts: list[str]) -> Embeddings:
-        with self._lock:
-            return self._embed(texts)
-
-    def _embed(self, texts: list[str]) -> Embeddings:
         if not texts:
             return Embeddings(np.zeros((0, self.dim), dtype=np.float32), ())
         spans: list[tuple[int, int]] = []
         weights: list[int] = []
         owners: list[int] = []
         for i, text in enumerate(texts):
-            for start, end, n_tokens in self._windows(text):
+            with self._lock:
+                windows = self._windows(text)
+            for start, end, n_tokens in windows:
                 spans.append((start, end))
                 weights.append(max(1, n_tokens))
                 owners.append(i)
-        vectors = self._model.encode(
-            [texts[o][s:e] for o, (s, e) in zip(owners, spans, strict=True)],
-            batch_size=self._batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        pieces = [texts[o][s:e] for o, (s, e) in zip(owners, spans, strict=True)]
+        batches = []
+        for at in range(0, len(pieces), self._batch_size):
+            with self._lock:
+                batches.append(
+                    self._model.encode(
+                        pieces[at : at + self._batch_size],
+                        batch_size=self._batch_size,
+                        normalize_embeddings=True,
+                        convert_to_numpy=True,
+                        show_progress_bar=False,
+                    )
+                )
+        vectors = np.concatenate(batches)
         per_text: list[list[Window]] = [[] for _ in texts]
         for owner, (start, end), vector in zip(owners, spans, vectors, strict=True):
             per_text[owner].append(Window(start, end, vector))

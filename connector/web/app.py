@@ -28,6 +28,18 @@ log = logging.getLogger(__name__)
 
 PATHS = ("/health", "/metrics", "/search")
 
+MAX_BODY_BYTES = 64 * 1024
+"""A search request is a question and a filter: a larger body is refused (400) before it is all read."""
+
+
+async def _body(request: Request) -> bytes:
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if len(body) > MAX_BODY_BYTES:
+            raise query.BadRequest(f"the body is larger than {MAX_BODY_BYTES // 1024} KiB: a search needs a question")
+    return bytes(body)
+
 
 def build_app(health: observe.Health, searcher: Searcher, health_pool: Executor, search_pool: Executor) -> Starlette:
     async def blocking(pool: Executor, fn: Callable, *args):
@@ -44,7 +56,7 @@ def build_app(health: observe.Health, searcher: Searcher, health_pool: Executor,
     async def search_endpoint(request: Request) -> Response:
         try:
             if request.method == "POST":
-                wanted = query.from_body(await request.body())
+                wanted = query.from_body(await _body(request))
             else:
                 wanted = query.from_query_string(request.query_params)
             results = await blocking(search_pool, searcher.search, wanted)

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from connector.search import Result
+from connector.search import FILTER_SHAPE, Result, check_request
 
 MAX_K = 1000
 """The most hits one request may ask for (the SQL function ranks `max(4 k, 40)` candidates per ranking)."""
@@ -21,7 +21,7 @@ DEFAULT_K = 10
 MODES = ("hybrid", "vector")
 GET_PARAMETERS = ("q", "k", "mode", "filter", "context")
 POST_FIELDS = ("query", "k", "hybrid", "filter", "context")
-_FILTER_SHAPE = '{"metadata": {...}, "source": "...", "source_key_prefix": "...", "chunk_type": "..." or [...]}'
+_FILTER_SHAPE = FILTER_SHAPE
 
 
 class BadRequest(ValueError):
@@ -55,7 +55,7 @@ def from_query_string(params: Mapping[str, str]) -> SearchRequest:
     except json.JSONDecodeError as exc:
         raise BadRequest(f"filter is not JSON ({exc}): {_FILTER_SHAPE}") from None
     context = _integer(params.get("context"), "context", 0, 0, MAX_CONTEXT)
-    return SearchRequest(query, k, mode == "hybrid", _object(filter_), context)
+    return _checked(SearchRequest(query, k, mode == "hybrid", _object(filter_), context))
 
 
 def from_body(body: bytes) -> SearchRequest:
@@ -74,7 +74,7 @@ def from_body(body: bytes) -> SearchRequest:
         raise BadRequest(f"hybrid must be true or false, not {json.dumps(hybrid)[:100]}")
     filter_ = _object({} if fields.get("filter") is None else fields["filter"])
     context = _json_integer(fields.get("context", 0), "context", 0, MAX_CONTEXT)
-    return SearchRequest(query, k, hybrid, filter_, context)
+    return _checked(SearchRequest(query, k, hybrid, filter_, context))
 
 
 def response(request: SearchRequest, results: list[Result]) -> dict:
@@ -101,6 +101,14 @@ def _object(value) -> dict:
     if not isinstance(value, dict):
         raise BadRequest(f"filter must be a JSON object, not {json.dumps(value)[:100]}: {_FILTER_SHAPE}")
     return value
+
+
+def _checked(request: SearchRequest) -> SearchRequest:
+    try:
+        check_request(request.query, request.filter)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return request
 
 
 def _integer(value: str | None, name: str, default: int, low: int, high: int) -> int:

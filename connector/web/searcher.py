@@ -41,10 +41,12 @@ class Searcher:
 
     def search(self, request: SearchRequest) -> list[searching.Result]:
         pool = self._opened()
+        # Embedded first: a connection is held only for the query, never while waiting for the model.
+        vector = searching.query_vector(self.embedder, request.query)
         try:
             with pool.connection(timeout=WAIT_SECONDS) as conn:
-                return searching.search(conn, self.embedder, request.query, k=request.k, hybrid=request.hybrid,
-                                        filter=request.filter, context=request.context)  # fmt: skip
+                return searching.search_vector(conn, vector, request.query, k=request.k, hybrid=request.hybrid,
+                                               filter=request.filter, context=request.context)  # fmt: skip
         except PoolTimeout:  # (an OperationalError too) the pool could not connect in time, or is all in use
             raise DatabaseUnavailable(self._why_no_connection()) from None
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:  # lost during the search
@@ -82,7 +84,13 @@ class Searcher:
         return f"every database connection of this server is busy (waited {WAIT_SECONDS:g} s): try again"
 
 
+STATEMENT_TIMEOUT_MS = 30_000
+"""A search query running longer is cancelled (and answered 500 with Postgres's reason), so that a pathological
+query cannot hold one of the pool's connections for good."""
+
+
 def _register_vector(conn: psycopg.Connection) -> None:
     from pgvector.psycopg import register_vector
 
     register_vector(conn)
+    conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")

@@ -177,10 +177,11 @@ def upgrade() -> None:
             embedding   vector({dim}) NOT NULL,
             PRIMARY KEY (chunk_id, window_no)
         );
-        CREATE INDEX chunk_windows_embedding_hnsw ON connector.chunk_windows
-            USING hnsw (embedding vector_cosine_ops);
+        -- filled before the index is built: one build, not one graph insertion per existing chunk
         INSERT INTO connector.chunk_windows (chunk_id, window_no, start_char, end_char, embedding)
             SELECT id, 0, start_char, end_char, embedding FROM connector.chunks;
+        CREATE INDEX chunk_windows_embedding_hnsw ON connector.chunk_windows
+            USING hnsw (embedding vector_cosine_ops);
         DROP FUNCTION connector.search(vector, text, integer, jsonb, double precision);
         DROP FUNCTION connector.search_matches(jsonb, jsonb, text, text, text);
         """

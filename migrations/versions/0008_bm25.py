@@ -112,14 +112,18 @@ def upgrade() -> None:
             term       text NOT NULL,
             chunk_id   bigint NOT NULL REFERENCES connector.chunks (id) ON DELETE CASCADE,
             tf         integer NOT NULL,
-            chunk_len  integer NOT NULL,
-            PRIMARY KEY (term, chunk_id) INCLUDE (tf, chunk_len)
+            chunk_len  integer NOT NULL
         );
+        """
+    )
+    op.execute(FILL)  # before the indexes: built once over the existing chunks' postings
+    op.execute(
+        """
+        ALTER TABLE connector.chunk_terms ADD PRIMARY KEY (term, chunk_id) INCLUDE (tf, chunk_len);
         CREATE INDEX chunk_terms_chunk ON connector.chunk_terms (chunk_id);
         CREATE INDEX chunks_token_count ON connector.chunks (token_count);
         """
     )
-    op.execute(FILL)
     op.execute("DROP FUNCTION connector.search(vector, text, integer, jsonb, double precision, double precision)")
     op.execute(bm25_search(m0007).format(config=m0007._text_config()))
 
