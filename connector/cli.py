@@ -1,4 +1,4 @@
-"""Command line: `connector run | ingest | migrate | status` (also `python -m connector`)."""
+"""The connector's command line (also `python -m connector`); `connector COMMAND --help` says what each does."""
 
 from __future__ import annotations
 

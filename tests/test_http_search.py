@@ -16,11 +16,10 @@ import httpx
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.types.json import Jsonb
 
 from connector.db.store import Passage, SearchHit
-from tests.conftest import FIXTURES, REPO, output_of, wait_for
-from tests.test_search import TOPICS
+from tests.conftest import REPO, output_of, wait_for
+from tests.test_search import TOPICS, queue_corpus
 from tests.test_sidecar import SIDECAR_ENV
 from tests.test_watcher_faults import Proxy
 
@@ -29,19 +28,7 @@ PASSAGE_FIELDS = {f.name for f in dataclasses.fields(Passage)}
 
 
 def _corpus(dsn: str) -> int:
-    """Each topic as its own document, and a long manual whose chunks have neighbours; queued, not processed."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for i, (key, text) in enumerate(TOPICS.items()):
-            conn.execute(
-                "INSERT INTO connector.documents (source_key, content, metadata) VALUES (%s, %s, %s)",
-                (f"topics/{key}", text, Jsonb({"kind": "topic", "n": i})),
-            )
-        conn.execute(
-            "INSERT INTO connector.documents (source_key, content, metadata, mime_type) "
-            "VALUES ('manuals/dockerfile', %s, %s, 'text/markdown')",
-            ((FIXTURES / "dockerfile-reference.md").read_text(), Jsonb({"kind": "manual"})),
-        )
-    return len(TOPICS) + 1
+    return queue_corpus(dsn, manual_key="manuals/dockerfile")  # under a folder-like prefix, for the filter tests
 
 
 def _done(dsn: str) -> int:

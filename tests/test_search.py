@@ -34,10 +34,9 @@ TOPICS = {
 }
 
 
-@pytest.fixture
-def corpus(settings: Settings) -> str:
-    """Each topic as its own document (with metadata), plus a long real document whose chunks have neighbours."""
-    dsn = settings.dsn.get_secret_value()
+def queue_corpus(dsn: str, manual_key: str = "manual/dockerfile") -> int:
+    """Each topic as its own document (with metadata), plus a long real document whose chunks have neighbours;
+    queued, not processed. The number of documents queued."""
     with connect(dsn, autocommit=True) as conn:
         for i, (key, text) in enumerate(TOPICS.items()):
             conn.execute(
@@ -46,12 +45,21 @@ def corpus(settings: Settings) -> str:
             )
         conn.execute(
             "INSERT INTO connector.documents (source_key, content, metadata, mime_type) "
-            "VALUES ('manual/dockerfile', %s, %s, 'text/markdown')",
-            ((FIXTURES / "dockerfile-reference.md").read_text(), Jsonb({"kind": "manual"})),
+            "VALUES (%s, %s, %s, 'text/markdown')",
+            (manual_key, (FIXTURES / "dockerfile-reference.md").read_text(), Jsonb({"kind": "manual"})),
         )
+    return len(TOPICS) + 1
+
+
+@pytest.fixture
+def corpus(settings: Settings) -> str:
+    """The corpus above, processed by the real pipeline (fake embedder)."""
+    dsn = settings.dsn.get_secret_value()
+    n = queue_corpus(dsn)
+    with connect(dsn, autocommit=True) as conn:
         ensure_embedding_model(conn, load("fake", 32))  # as `connector run` records it
         Worker(conn, Pipeline(settings, load("fake", 32)), []).drain(threading.Event())
-        assert conn.execute("SELECT count(*) FROM connector.documents WHERE status = 'done'").fetchone() == (5,)
+        assert conn.execute("SELECT count(*) FROM connector.documents WHERE status = 'done'").fetchone() == (n,)
     return dsn
 
 

@@ -120,20 +120,6 @@ END
 $fn$;
 """
 
-OLD_MATCHES = """
-CREATE FUNCTION connector.search_matches(
-    filter jsonb, metadata jsonb, source text, source_key text, chunk_type text) RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN (NOT filter ? 'metadata' OR metadata @> (filter -> 'metadata'))
-   AND (NOT filter ? 'source' OR source = filter ->> 'source')
-   AND (NOT filter ? 'source_key_prefix'
-        OR left(source_key, length(filter ->> 'source_key_prefix')) = filter ->> 'source_key_prefix')
-   AND (NOT filter ? 'chunk_type'
-        OR CASE jsonb_typeof(filter -> 'chunk_type')
-               WHEN 'array' THEN (filter -> 'chunk_type') ? chunk_type
-               ELSE chunk_type = filter ->> 'chunk_type' END);
-"""
-
 
 def _dimension() -> int:
     """The window vectors have the dimension of the chunk vectors already there."""
@@ -200,16 +186,16 @@ def downgrade() -> None:
         DROP TABLE IF EXISTS connector.chunk_windows;
         """
     )
-    op.execute(OLD_MATCHES)
-    op.execute(_previous_search())
+    previous = _m0006()  # its functions as they were, from the migration that made them
+    op.execute(previous.MATCHES)
+    op.execute(previous.SEARCH.format(config=_text_config()))
 
 
-def _previous_search() -> str:
-    """Migration 0006's `connector.search()`, re-created as it was."""
+def _m0006():
     import importlib.util
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location("_m0006", Path(__file__).with_name("0006_search.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.SEARCH.format(config=_text_config())
+    return module
