@@ -197,8 +197,11 @@ def run(
                 return
             if not once:
                 where = "rows of connector.documents" if no_watch else f"files into {settings.watch_dir.resolve()}"
-                console.print(f"[green]connector running[/green] ({settings.workers} worker(s)); drop {where}")
-                console.print(f"query the chunks with: {psql_command(url)}")
+                # one write: a reader that sees "running" also sees how to query (CI once read between two prints)
+                console.print(
+                    f"[green]connector running[/green] ({settings.workers} worker(s)); drop {where}\n"
+                    f"query the chunks with: {psql_command(url)}"
+                )
             sidecar.run(settings, url, pipelines, stop, watch=not no_watch, once=once)
     except KeyboardInterrupt:
         console.print("stopped at once")  # what went back to the queue is logged by the sidecar, row by row

@@ -146,9 +146,9 @@ def test_run_with_the_embedded_server_keeps_data_and_stops_it(tmp_path: Path, st
     """What `make run` does: no DSN, so the embedded Postgres starts in the data dir and stops with the sidecar."""
     inbox = tmp_path / "inbox"
     proc = start_process("run", "--watch", str(inbox), "--embedder", "fake", **SIDECAR_ENV)
-    wait_for(lambda: "connector running" in output_of(proc), timeout=90, what="sidecar start")
+    wait_for(lambda: "query the chunks with" in output_of(proc), timeout=90, what="sidecar start")
     out = output_of(proc)
-    assert "psql '" in out and str(tmp_path / "state" / "pgdata") in out
+    assert "connector running" in out and "psql '" in out and str(tmp_path / "state" / "pgdata") in out
     assert inbox.is_dir()
     shutil.copy(FIXTURES / "debian-manifesto.txt", inbox / "manifesto.txt")
     dsn = f"postgresql://postgres:@/postgres?host={tmp_path / 'state' / 'pgdata'}"
