@@ -15,17 +15,13 @@ from pathlib import Path
 from connector import candidates, chunkers
 from connector.convert import convert, mime_for_path
 from connector.embedders import load
-from connector.errors import UnsupportedDocument
 from connector.metrics import DocumentMetrics, Resources
 from connector.settings import Settings
 from connector.timing import Timer
 
 
 def run(path: Path, settings: Settings, model: str) -> dict:
-    mime = mime_for_path(path)
-    if mime is None:
-        raise UnsupportedDocument(f"{path}: not a supported file type")
-    document = convert(path.read_bytes(), mime, settings.chunking)
+    document = convert(path.read_bytes(), mime_for_path(path), settings.chunking)
     pool = candidates.generate(document, chunkers.build(settings.chunking), settings.chunking)
     candidates.shutdown_pool()
     settings = settings.model_copy(update={"metrics": settings.metrics.model_copy(update={"model": model})})

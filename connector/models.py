@@ -50,6 +50,7 @@ class Document:
     blocks: tuple[Block, ...]
     page_starts: tuple[int, ...] = ()
     units: tuple[Block, ...] = ()
+    title: str | None = None  # what the document calls itself (metadata, <title>, first heading); None: it does not
 
     def page_at(self, offset: int) -> int | None:
         if not self.page_starts:
@@ -137,3 +138,4 @@ class Outcome:
     winner: Scored
     chunks: tuple[EmbeddedChunk, ...]
     timings: dict[str, float] = field(default_factory=dict, hash=False, compare=False)  # stage → milliseconds
+    title: str | None = None  # the document's title as stored (see `pipeline.document_title`)

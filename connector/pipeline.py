@@ -5,11 +5,13 @@ No database access here: the caller stores the `Outcome` in one transaction.
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 from connector import candidates, chunkers, metrics
 from connector.convert import convert
 from connector.embed import embed_winner
 from connector.embedders import Embedder
-from connector.models import Outcome, SourceDocument
+from connector.models import Document, Outcome, SourceDocument
 from connector.select import choose
 from connector.settings import Settings
 from connector.timing import Timer
@@ -35,7 +37,16 @@ class Pipeline:
         scored = metrics.score_all(document, pool, self.settings, self.metric_resources, timer)
         with timer("select"):
             winner = choose(scored)
+        title = document_title(source, document)
         with timer("embed"):
-            chunks = embed_winner(document, winner.candidate, self.embedder, self.settings.embed_template, source.title)
+            chunks = embed_winner(document, winner.candidate, self.embedder, self.settings.embed_template, title)
         self.totals.add(timer.ms)
-        return Outcome(document=document, scored=scored, winner=winner, chunks=chunks, timings=dict(timer.ms))
+        return Outcome(document, scored, winner, chunks, dict(timer.ms), title)
+
+
+def document_title(source: SourceDocument, document: Document) -> str | None:
+    """A file's title is what it calls itself (metadata, `<title>`, first heading), its name only when it says
+    nothing; a row's title is the one its application gave, the document's own when the row has none."""
+    if source.source == "folder":
+        return document.title or PurePosixPath(source.source_key).name
+    return source.title or document.title

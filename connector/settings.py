@@ -55,6 +55,9 @@ class ChunkingSettings(BaseSettings):
     window_overlap: int = Field(50, description="`token_window` strategy: tokens shared by consecutive windows.")
     llm: LLMSettings = Field(default_factory=LLMSettings)
     guards: bool = Field(True, description="Apply the guards; off only to measure baselines as others run them.")
+    keep_navigation: bool = Field(
+        False, description="Keep tables of contents, lists of figures and indexes of converted documents as text."
+    )
 
 
 class ScoringSettings(BaseSettings):

@@ -130,17 +130,30 @@ def test_non_latin_text_in_utf16_converts() -> None:
     ("data", "message"),
     [
         (TEXT.encode("latin-1", errors="replace").replace(b"and", b"\xe9t\xe9"), "not valid UTF-8"),
-        (PDF, "NUL bytes"),
         (_png(), "NUL bytes"),
         (_zip("a.txt", TEXT.encode()), "NUL bytes"),
         (codecs.BOM_UTF16_LE + TEXT.encode("utf-16-le")[:-1], "not valid UTF-16"),
         (TEXT.encode("utf-16-le")[:2000] + PDF[:2000], "NUL bytes"),
     ],
-    ids=["latin-1", "pdf", "png", "zip", "truncated-utf-16", "utf-16-then-binary"],
+    ids=["latin-1", "png", "zip", "truncated-utf-16", "utf-16-then-binary"],
 )
 def test_binary_and_unknown_encodings_still_fail_clearly(data: bytes, message: str) -> None:
     with pytest.raises(ConversionError, match=message):
         convert(data, "text/plain", SETTINGS)
+
+
+def test_what_the_bytes_say_wins_over_the_label() -> None:
+    """A PDF saved as `.txt`, or a DOCX that lost its suffix, converts as what it is; unknown binary fails saying
+    what it looks like, and unknown text is read as text."""
+    as_text = convert(PDF, "text/plain", SETTINGS)
+    assert as_text.page_starts and "LaTeX Project Public License" in as_text.markdown
+    docx = (FIXTURES / "real" / "officer-example.docx").read_bytes()
+    assert convert(docx, "application/octet-stream", SETTINGS).title == "document title"
+    with pytest.raises(ConversionError, match=r"unsupported file type \(looks like a PNG image\)"):
+        convert(_png(), "application/octet-stream", SETTINGS)
+    with pytest.raises(ConversionError, match="unsupported file type 'image/png' .*not text"):
+        convert(b"\x89PNG", "image/png", SETTINGS)
+    assert convert(TEXT.encode(), "application/octet-stream", SETTINGS).markdown == TEXT
 
 
 # --- deep nesting ---------------------------------------------------------------------------------------------------

@@ -185,7 +185,8 @@ BAD_FILES = {
     "a12-script-only.html": (b"<html><head><script>var a = 1;</script></head><body></body></html>", "no visible text"),
     "a13-bad-bytes.html": (b"<html><body><p>caf\xe9</p></body></html>", "not valid UTF-8"),
 }
-# Refused before they are queued: hidden, temporary, a symlink out of the folder (an unsupported type is a failed row).
+# Refused before they are queued: hidden, temporary, a symlink out of the folder (an unsupported type is queued and
+# fails at conversion, saying what it looks like).
 REFUSED = {".hidden.txt", "notes.txt.part", "escape.txt"}
 
 
@@ -240,9 +241,9 @@ def test_bad_inputs_fail_with_clear_messages_and_documents_after_them_succeed(
     expected |= {
         "r1-no-content": "neither content nor content_bytes",
         "r2-garbage-pdf": "PDF",
-        "r3-unsupported-type": "unsupported MIME type",
+        "r3-unsupported-type": "unsupported file type 'image/png' (looks like a PNG image)",
         "r5-outside-roots": "outside the folders",
-        "picture.png": "unsupported file type .png",
+        "picture.png": "unsupported file type (looks like a PNG image)",
     }
     for key, said in expected.items():
         status, error = docs[key]

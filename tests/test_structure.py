@@ -8,7 +8,7 @@ import pytest
 from connector import tokens
 from connector.convert import convert, mime_for_path
 from connector.convert.markdown import blocks, split_large_tables
-from connector.convert.pdf import Para, clean, remove_furniture
+from connector.convert.pdf import REPEAT_SHARE, Para, clean, remove_furniture
 from connector.models import Block
 from tests.conftest import FIXTURES
 from tests.test_convert import CHUNKING, assert_tiles
@@ -47,9 +47,9 @@ def test_furniture_detection_by_position_and_by_repetition() -> None:
     def texts(result):
         return [[p.text for p in paragraphs] for paragraphs in result]
 
-    assert texts(remove_furniture(pages)) == [[body] for body in bodies]
+    assert texts(remove_furniture(pages, REPEAT_SHARE)) == [[body] for body in bodies]
     # Two pages are too few to call anything furniture, except bare page numbers.
-    assert texts(remove_furniture(pages[:2])) == [[p.text for p in pg[:3]] for pg in pages[:2]]
+    assert texts(remove_furniture(pages[:2], REPEAT_SHARE)) == [[p.text for p in pg[:3]] for pg in pages[:2]]
 
 
 def test_hyphenation_and_ligatures_are_repaired() -> None:
@@ -189,4 +189,4 @@ def test_long_pdfs_are_extracted_in_parallel_with_the_same_result() -> None:
     pages = [[(72, 11, f"Page {n} says something different: {'word ' * (n % 7 + 3)}")] for n in range(70)]
     data = _typeset(pages)
     assert len(pages) >= pdf.PARALLEL_MIN_PAGES
-    assert pdf._extract(data, len(pages)) == pdf.extract_pages(data, 0, len(pages))
+    assert pdf._extract(data, len(pages), False) == pdf.extract_pages(data, 0, len(pages), False)

@@ -256,21 +256,19 @@ def test_a_huge_sparse_file_fails_unread_and_does_not_stall_intake(settings: Set
         assert watcher.check() is None
 
 
-def test_unsupported_files_are_failed_rows_logged_once_and_shown_by_status(
-    settings: Settings, tmp_path, caplog
-) -> None:
+def test_files_of_any_suffix_are_queued_for_conversion_to_decide(settings: Settings, tmp_path, caplog) -> None:
+    """A suffix we do not know may still be text (`.R`, `.cfg`, no suffix): the watcher queues every file, and
+    conversion decides from the bytes (an unsupported one fails there, saying what it looks like: test_faults)."""
     dsn = settings.dsn.get_secret_value()
     inbox = settings.watch_dir
     caplog.set_level(logging.WARNING, logger="connector")
     with watching(settings, rescan_seconds=0.5):
-        (inbox / "notes.docx").write_bytes(b"PK\x03\x04 not yet supported")
-        wait_for(lambda: _status(dsn, "notes.docx") == "failed", what="the .docx recorded")
-        time.sleep(2)  # a few rescans
-    assert "unsupported file type .docx" in _rows(dsn)["notes.docx"][1]
-    assert sum("notes.docx" in r.getMessage() for r in caplog.records) == 1, "logged once"
-    out = subprocess.run(connector_cmd("status", "--dsn", dsn), env=child_env(tmp_path), cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert "unsupported file type .docx" in out.stdout.replace("\n", " ") or "unsupported" in out.stdout, out
+        (inbox / "analysis.R").write_text("# fit the model\nfit <- lm(y ~ x, data = d)\n" * 20)
+        (inbox / "README").write_text("A file without a suffix is read for what it is.\n" * 20)
+        (inbox / "notes.docx").write_bytes(b"PK\x03\x04 a broken archive")
+        for key in ("analysis.R", "README", "notes.docx"):
+            wait_for(lambda key=key: _status(dsn, key) == "pending", what=f"{key} queued")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], "nothing refused"
 
 
 def test_hostile_names_at_start_and_forged_log_lines(migrated_dsn, start_process, tmp_path) -> None:

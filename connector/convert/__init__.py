@@ -1,11 +1,14 @@
-"""Conversion: raw bytes → `Document` (Markdown text, block map, units, page map).
+"""Conversion: raw bytes → `Document` (Markdown text, block map, units, page map, title).
 
 One module per input format; each produces Markdown (or keeps the user's text as it is) and its blocks:
-- Markdown: the text unchanged, blocks from a CommonMark parser;
-- plain text / reStructuredText: the text unchanged, paragraphs and underlined headings;
-- HTML: visible text converted to Markdown, then parsed as Markdown;
-- PDF: see `pdf.py`.
-Bytes become text in `sniff.py` (byte-order marks, UTF-16, what a file labelled PDF really is).
+- Markdown (and R Markdown, Quarto): the text unchanged, blocks from a CommonMark parser;
+- plain text, reStructuredText, AsciiDoc, Org, LaTeX, source code, any other text: the text unchanged, paragraphs
+  and the dialect's headings (`text.py`);
+- HTML: the page's main content converted to Markdown, then parsed as Markdown;
+- PDF: see `pdf.py`; DOCX, PPTX, ODT: `office.py`; EPUB: `epub.py`.
+What a file is comes from its bytes where they say it (`%PDF-`, a ZIP's parts, HTML's signatures, text that
+decodes), from its name otherwise: a `.txt` that holds a PDF is read as a PDF, a file with an unknown suffix is
+read as text when it is text, and anything else fails saying what it looks like. Bytes become text in `sniff.py`.
 Anything the document itself is to blame for raises a `DocumentError` subclass with a message saying what.
 """
 
@@ -13,31 +16,52 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
-from connector.convert import html, markdown, pdf, sniff, structure, text
+from connector.convert import epub, html, markdown, office, pdf, sniff, structure, text
 from connector.convert.sniff import decode
 from connector.errors import ConversionError, UnsupportedDocument
 from connector.models import Document
 from connector.settings import ChunkingSettings
 
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+ODT = "application/vnd.oasis.opendocument.text"
+EPUB = "application/epub+zip"
+OCTET = "application/octet-stream"
+
 MIME_BY_SUFFIX = {
     ".md": "text/markdown",
     ".markdown": "text/markdown",
+    ".rmd": "text/markdown",
+    ".qmd": "text/markdown",
     ".txt": "text/plain",
     ".text": "text/plain",
     ".rst": "text/x-rst",
+    ".adoc": "text/asciidoc",
+    ".asciidoc": "text/asciidoc",
+    ".org": "text/x-org",
+    ".tex": "text/x-tex",
+    ".ltx": "text/x-tex",
     ".html": "text/html",
     ".htm": "text/html",
+    ".xhtml": "application/xhtml+xml",
     ".pdf": "application/pdf",
+    ".docx": DOCX,
+    ".pptx": PPTX,
+    ".odt": ODT,
+    ".epub": EPUB,
 }
-SUPPORTED = ", ".join(sorted(MIME_BY_SUFFIX))
+SUPPORTED = ", ".join(sorted(MIME_BY_SUFFIX)) + " and any other text file"
+_TEXT_DIALECT = {"text/asciidoc": "asciidoc", "text/x-asciidoc": "asciidoc", "text/x-org": "org", "text/x-tex": "tex"}
 
 
-def mime_for_path(path: str | PurePath) -> str | None:
-    return MIME_BY_SUFFIX.get(PurePath(path).suffix.lower())
+def mime_for_path(path: str | PurePath) -> str:
+    """The MIME type a file's name suggests; `application/octet-stream` (decided by its bytes) when it says none."""
+    return MIME_BY_SUFFIX.get(PurePath(path).suffix.lower(), OCTET)
 
 
 def convert(data: bytes, mime_type: str, settings: ChunkingSettings) -> Document:
-    """`data` as a `Document`; `settings` give the token encoding (units, table splits) and the table size limit.
+    """`data` as a `Document`; `settings` give the token encoding (units, table splits), the table size limit and
+    whether navigation pages stay.
 
     A file labelled PDF is opened as a PDF only when its bytes are one (`%PDF-` in the first 1024 bytes, as PDF
     readers accept): PyMuPDF would otherwise open HTML or text as a document of its own and render that. Anything
@@ -51,40 +75,72 @@ def convert(data: bytes, mime_type: str, settings: ChunkingSettings) -> Document
 
 
 def _convert(data: bytes, mime_type: str, settings: ChunkingSettings) -> Document:
-    mime = (mime_type or "").split(";")[0].strip().lower()
-    if mime == "application/pdf":
-        if sniff.is_pdf(data):
-            document = pdf.convert(data, settings)
-        else:
-            source = sniff.not_a_pdf(data)
-            document = _from_html(source, settings) if sniff.looks_like_html(source) else _from_text(source)
+    labelled = (mime_type or "").split(";")[0].strip().lower()
+    mime = sniff.container(data) or labelled  # a ZIP's parts or `%PDF-` say what it is, whatever its name
+    if mime == "application/pdf" and not sniff.is_pdf(data):
+        source = sniff.not_a_pdf(data)
+        document = _from_html(source, settings) if sniff.looks_like_html(source) else _from_text(source, None)
+    elif mime == "application/pdf":
+        document = pdf.convert(data, settings)
+    elif mime == DOCX:
+        document = office.docx(data)
+    elif mime == PPTX:
+        document = office.pptx(data)
+    elif mime == ODT:
+        document = office.odt(data)
+    elif mime == EPUB:
+        document = epub.convert(data)
     elif mime in ("text/markdown", "text/x-markdown"):
         source = decode(data)
-        document = Document(source, markdown.blocks(source))
+        blocks = markdown.blocks(source)
+        document = Document(source, blocks, title=markdown.front_matter_title(source) or
+                            markdown.first_title(source, blocks))  # fmt: skip
     elif mime in ("text/html", "application/xhtml+xml"):
         document = _from_html(decode(data), settings)
     elif mime.startswith("text/"):
-        document = _from_text(decode(data))
+        document = _from_text(decode(data), _TEXT_DIALECT.get(mime))
     else:
-        raise UnsupportedDocument(
-            f"unsupported MIME type {mime_type!r}: expected text/plain, text/x-rst, text/markdown, text/html "
-            "or application/pdf"
-        )
+        document = _sniffed(data, labelled, settings)
     return Document(
         document.markdown,
         document.blocks,
         document.page_starts,
         structure.units(document.markdown, document.blocks, settings.encoding),
+        document.title,
+    )
+
+
+def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document:
+    """A file whose type its name does not say: HTML or text if its bytes are, else unsupported, saying what."""
+    what = sniff.magic(data)
+    if what is None:
+        try:
+            source = decode(data)
+        except sniff.BinaryData:
+            what = "looks like binary data"
+        except ConversionError as exc:
+            if not data.strip():
+                raise  # "document is empty"
+            what = f"not text: {exc}"
+        else:
+            return _from_html(source, settings) if sniff.looks_like_html(source) else _from_text(source, None)
+    else:
+        what = f"looks like {what}"
+    label = "" if labelled in ("", OCTET) else f" {labelled!r}"
+    raise UnsupportedDocument(
+        f"unsupported file type{label} ({what}); supported: PDF, DOCX, PPTX, ODT, EPUB, HTML, Markdown and any text"
     )
 
 
 def _from_html(source: str, settings: ChunkingSettings) -> Document:
-    converted = html.to_markdown(source)
-    if not converted.strip():
+    page = html.convert(source)
+    if not page.markdown.strip():
         raise ConversionError("HTML page has no visible text")
-    converted = markdown.split_large_tables(converted, settings.table_max_tokens, settings.encoding)
-    return Document(converted, markdown.blocks(converted))
+    converted = markdown.split_large_tables(page.markdown, settings.table_max_tokens, settings.encoding)
+    blocks = markdown.blocks(converted)
+    return Document(converted, blocks, title=page.title or markdown.first_title(converted, blocks))
 
 
-def _from_text(source: str) -> Document:
-    return Document(source, text.blocks(source))
+def _from_text(source: str, dialect: str | None) -> Document:
+    blocks = text.blocks(source, dialect)
+    return Document(source, blocks, title=text.title(source, dialect) or markdown.first_title(source, blocks))

@@ -9,6 +9,7 @@ nests that deep: what is lost there is formatting, never text.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 from markdownify import MarkdownConverter
@@ -26,15 +27,90 @@ _BLOCKS = frozenset({
 """Elements that end a paragraph of flattened text."""
 
 
+# Page chrome: navigation, banners, footers, sidebars, search boxes, "skip to content" links, and the themes' own
+# names for them (Sphinx: related, sphinxsidebar, footer; MkDocs/Read the Docs: wy-nav-*, md-sidebar, md-header).
+_CHROME_TAGS = ["nav", "header", "footer", "aside", "form", "button", "dialog"]
+_CHROME_ROLES = re.compile(r"^(?:navigation|banner|contentinfo|complementary|search|menu|menubar|toolbar)$", re.I)
+_CHROME_CLASS = re.compile(
+    r"^(?:related|sphinxsidebar\w*|footer|header|navbar\w*|nav|navigation|breadcrumbs?|wy-nav-\w+|rst-versions|"
+    r"md-(?:header|footer|sidebar|tabs|search)\w*|sidebar\w*|toc|skip-?link|cookie\w*|site-(?:header|footer|nav))$",
+    re.I,
+)
+# Permalink anchors next to headings: Sphinx's "¶", MkDocs's "#", GitHub's and Docusaurus's hash links.
+_PERMALINK_CLASS = re.compile(r"^(?:headerlink|anchor(?:link|js-link)?|hash-link|permalink|header-anchor)$", re.I)
+_PERMALINK_TEXT = frozenset({"¶", "#", "§", "🔗", "⚓"})
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    markdown: str
+    title: str | None
+
+
 def to_markdown(html: str) -> str:
+    return convert(html).markdown
+
+
+def convert(html: str) -> Page:
+    """The page's main content as Markdown, and its title (`<title>`, else its first `<h1>`)."""
     soup = BeautifulSoup(html, "html.parser")
+    title = _title(soup)
     for tag in soup(["head", "script", "style", "noscript", "template", "svg"]):
         tag.decompose()
-    body = soup.body or soup
+    body = _main(soup)
+    _drop_chrome(body)
     _limit_depth(soup, body)
     text = MarkdownConverter(heading_style="ATX", bullets="-", escape_misc=False).convert_soup(body)
     # No-break spaces become plain ones: people search with spaces (and embedders see them differently).
-    return _BLANK_RUNS.sub("\n\n", text.replace("\xa0", " ")).strip() + "\n"
+    return Page(_BLANK_RUNS.sub("\n\n", text.replace("\xa0", " ")).strip() + "\n", title)
+
+
+def _title(soup: BeautifulSoup) -> str | None:
+    for tag in (soup.title, soup.find("h1")):
+        if tag is not None:
+            text = " ".join(tag.get_text(" ").replace("¶", " ").split())
+            if text:
+                return text[:300]
+    return None
+
+
+def _main(soup: BeautifulSoup) -> Tag:
+    """The page's own main content: `<main>`, `role="main"`, or its only `<article>`; else the whole body."""
+    for found in (soup.find("main"), soup.find(attrs={"role": "main"})):
+        if isinstance(found, Tag) and found.get_text(strip=True):
+            return found
+    articles = soup.find_all("article")
+    if len(articles) == 1 and articles[0].get_text(strip=True):
+        return articles[0]
+    return soup.body or soup
+
+
+def _drop_chrome(root: Tag) -> None:
+    doomed = [
+        tag
+        for tag in root.find_all(True)
+        if tag.name in _CHROME_TAGS
+        or _CHROME_ROLES.match(str(tag.get("role") or ""))
+        or any(_CHROME_CLASS.match(c) for c in tag.get("class") or ())
+        or _permalink(tag)
+    ]
+    for tag in doomed:
+        if tag.name in ("header", "footer") and tag.find(re.compile(r"^h[1-6]$")) and tag.find_parent("article"):
+            continue  # an article's own header holds its heading
+        if not tag.decomposed:
+            tag.decompose()
+
+
+def _permalink(tag: Tag) -> bool:
+    if tag.name != "a":
+        return False
+    if any(_PERMALINK_CLASS.match(c) for c in tag.get("class") or ()):
+        return True
+    text = tag.get_text(strip=True)
+    if text in _PERMALINK_TEXT:
+        return True
+    in_heading = tag.parent is not None and tag.parent.name in ("h1", "h2", "h3", "h4", "h5", "h6")
+    return not text and in_heading and str(tag.get("href") or "").startswith("#")
 
 
 def _limit_depth(soup: BeautifulSoup, root: Tag) -> None:

@@ -116,3 +116,40 @@ def _caption_of(text: str, spans: tuple[Block, ...], i: int) -> str:
             if j == i - 1 or is_table_caption(caption):
                 return caption
     return ""
+
+
+def first_title(text: str, blocks: tuple[Block, ...], max_page: int | None = None) -> str | None:
+    """The document's title as its own text gives it: the first heading of its top level, when that heading comes
+    before any other heading (and, for paged documents, on one of the first `max_page` pages). None otherwise."""
+    headings = [b for b in blocks if b.kind == "heading" and b.section_path]
+    if not headings:
+        return None
+    first = headings[0]
+    if max_page is not None and first.page is not None and first.page > max_page:
+        return None
+    if len(first.section_path) != 1 or re.match(r"\d+(?:\.\d+)*\.?\s", first.section_path[0]):
+        return None  # "1 Introduction" is the first section, not the document's title
+    level = _level(text[first.start : first.end])
+    if level is None or any((lv := _level(text[h.start : h.end])) is not None and lv < level for h in headings):
+        return None
+    title = first.section_path[0].strip()
+    return title if 0 < len(title) <= 200 else None
+
+
+def _level(heading: str) -> int | None:
+    m = re.match(r"\s*(#{1,6})\s", heading)
+    if m:
+        return len(m.group(1))
+    lines = heading.strip().splitlines()  # a setext heading: underlined with = (level 1) or - (level 2)
+    return (1 if lines[-1].lstrip().startswith("=") else 2) if len(lines) >= 2 else None
+
+
+_FRONT_MATTER_TITLE = re.compile(r"^title:[ \t]*(?P<q>[\"']?)(?P<title>.+?)(?P=q)[ \t]*$", re.MULTILINE)
+
+
+def front_matter_title(text: str) -> str | None:
+    """`title:` of a YAML front matter block (R Markdown, Quarto, Jekyll, Hugo), when it is a plain string."""
+    m = _FRONT_MATTER.match(text)
+    found = _FRONT_MATTER_TITLE.search(m.group(0)) if m else None
+    title = " ".join(found.group("title").split()) if found else ""
+    return title if title and not title.startswith(("|", ">", "!", "`r")) else None

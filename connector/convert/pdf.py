@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 
-from connector.convert import markdown, pdf_tables
+from connector.convert import markdown, pdf_layout, pdf_tables, slides
 from connector.errors import ConversionError
 from connector.models import Document
 from connector.settings import ChunkingSettings
@@ -46,6 +46,11 @@ BATCH_PAGES = 32  # pages per task: the most extracted pages a worker holds at o
 HEADING_RATIO = 1.15  # a short paragraph this much larger than the body text is a heading
 FOOTNOTE_RATIO = 0.9  # a paragraph this much smaller, low on the page, that starts with a marker is a footnote
 
+BOLD = 16  # PyMuPDF span flag bit
+_BOLD_FONT = re.compile(r"bold|black|heavy|^cmbx|^lmbx|\.b$|-b$", re.IGNORECASE)
+# "4.3.1 Title" set in bold at body size: a heading whose level is its numbering depth
+_NUMBERED_HEADING = re.compile(r"^(?:[A-Z]|\d{1,2})(?:\.\d{1,2}){0,4}\.?\s+[^\W\d_]", re.UNICODE)
+WATERMARK_WORDS = 3  # a paragraph this short on at least half of the pages, anywhere, is a watermark ("DRAFT")
 _BULLET = re.compile(r"^[•◦▪▸►‣∙·–]\s*", re.MULTILINE)
 _FOOTNOTE_MARK = re.compile(r"^(\d{1,3}|[*†‡§¶])\s+(?=[A-Za-z“\"(])")
 _MARKDOWN_START = re.compile(r"^(?=[#>|]|[-=]{3,}\s*$)", re.MULTILINE)
@@ -61,6 +66,9 @@ class Para:
     size: float = 0.0  # mean font size, weighted by characters
     page_height: float = 0.0
     table: bool = False  # text is a Markdown pipe table, rendered as it is
+    page_width: float = 0.0
+    frame_title: bool = False  # a slide's title: a heading whatever its size
+    bold: bool = False  # every character set in a bold face
 
 
 def convert(data: bytes, settings: ChunkingSettings) -> Document:
@@ -74,13 +82,18 @@ def convert(data: bytes, settings: ChunkingSettings) -> Document:
         if pdf.needs_pass:
             raise ConversionError("PDF is encrypted (password required)")
         count = pdf.page_count
+        metadata_title = _metadata_title((pdf.metadata or {}).get("title"))
     if count == 0:
         raise ConversionError("PDF has no pages")
     try:
-        pages = _extract(data, count)
+        pages = _extract(data, count, settings.keep_navigation)
     except Exception as exc:
         raise ConversionError(f"cannot read PDF: {exc}") from exc
-    texts = render(remove_furniture(pages), body_size(pages))
+    if slides.is_deck(pages):
+        pages = slides.frame_titles(remove_furniture(slides.collapse_overlays(pages), slides.REPEAT_SHARE))
+    else:
+        pages = remove_furniture(pages, REPEAT_SHARE)
+    texts = render(pages, body_size(pages))
     parts: list[str] = []
     page_starts: list[int] = []
     offset = 0
@@ -97,47 +110,84 @@ def convert(data: bytes, settings: ChunkingSettings) -> Document:
     if not text.strip():
         raise ConversionError(f"PDF has no extractable text ({count} pages; scanned images?)")
     starts = tuple(page_starts)
-    return Document(text, markdown.blocks(text, starts), starts)
+    blocks = markdown.blocks(text, starts)
+    return Document(text, blocks, starts, title=metadata_title or markdown.first_title(text, blocks, max_page=2))
 
 
-def _extract(data: bytes, count: int) -> list[list[Para]]:
+_JUNK_TITLE = re.compile(
+    r"^(?:untitled|title|document\d*|microsoft (?:word|powerpoint) - .*|.*\.(?:dvi|tex|docx?|pptx?|pdf|indd|qxd))$",
+    re.IGNORECASE,
+)
+
+
+def _metadata_title(title: str | None) -> str | None:
+    """The PDF's metadata title, unless it is empty or what a tool wrote in its place (a file name, "untitled")."""
+    title = " ".join((title or "").split())
+    return title if len(title) >= 3 and not _JUNK_TITLE.match(title) else None
+
+
+def _extract(data: bytes, count: int, keep_navigation: bool) -> list[list[Para]]:
     ranges = [(a, min(a + BATCH_PAGES, count)) for a in range(0, count, BATCH_PAGES)]
     if count < PARALLEL_MIN_PAGES or (os.cpu_count() or 1) < 2:
-        return [page for a, b in ranges for page in extract_pages(data, a, b)]
+        return [page for a, b in ranges for page in extract_pages(data, a, b, keep_navigation)]
     # Processes, not threads: extraction is CPU-bound and holds the GIL. `spawn`, not `fork`: the sidecar process
     # may hold torch's thread pools, which do not survive a fork.
     with ProcessPoolExecutor(max_workers=2, mp_context=mp.get_context("spawn")) as pool:
-        batches = pool.map(extract_pages, repeat(data), [a for a, _ in ranges], [b for _, b in ranges])
+        batches = pool.map(
+            extract_pages, repeat(data), [a for a, _ in ranges], [b for _, b in ranges], repeat(keep_navigation)
+        )
         return [page for batch in batches for page in batch]
 
 
-def extract_pages(data: bytes, first: int, last: int) -> list[list[Para]]:
+def extract_pages(data: bytes, first: int, last: int, keep_navigation: bool) -> list[list[Para]]:
     """Text blocks of pages [first, last), in reading order (runs in worker processes for long documents)."""
     import pymupdf
 
     with pymupdf.open(stream=data, filetype="pdf") as pdf:
-        return [_page_paragraphs(pdf[n]) for n in range(first, last)]
+        return [_page_paragraphs(pdf[n], keep_navigation) for n in range(first, last)]
 
 
-def _page_paragraphs(page) -> list[Para]:
+def _page_paragraphs(page, keep_navigation: bool) -> list[Para]:
     paragraphs = []
-    height = page.rect.height
+    width, height = page.rect.width, page.rect.height
     blocks = [b for b in page.get_text("dict", sort=True)["blocks"] if b.get("type") == 0]  # not images
+    blocks = pdf_layout.reading_order(blocks, width, height)
+    if not keep_navigation:
+        blocks = pdf_layout.drop_navigation(blocks)
     for block in pdf_tables.segment(blocks, clean):
         if isinstance(block, pdf_tables.Table):
-            paragraphs.append(Para(block.text, block.top, block.bottom, 0.0, height, table=True))
+            paragraphs.append(Para(block.text, block.top, block.bottom, 0.0, height, table=True, page_width=width))
             continue
-        lines, weighted, chars = [], 0.0, 0
+        weighted, chars, bold = 0.0, 0, 0
         for line in block["lines"]:
-            lines.append("".join(span["text"] for span in line["spans"]))
             for span in line["spans"]:
                 n = len(span["text"].strip())
                 weighted += span["size"] * n
                 chars += n
-        cleaned = clean("\n".join(lines))
+                bold += n if span["flags"] & BOLD or _BOLD_FONT.search(span["font"]) else 0
+        cleaned = clean("\n".join(_row_texts(block["lines"])))
         if cleaned:
-            paragraphs.append(Para(cleaned, block["bbox"][1], block["bbox"][3], weighted / max(chars, 1), height))
+            size = weighted / max(chars, 1)
+            top, bottom = block["bbox"][1], block["bbox"][3]
+            paragraphs.append(Para(cleaned, top, bottom, size, height, page_width=width, bold=bold == chars > 0))
     return paragraphs
+
+
+def _row_texts(raw_lines: list[dict]) -> list[str]:
+    """The block's text, one line per visual row: lines that share a baseline (an enumerator set apart from its
+    item, a section number from its title) are one line, joined by a space."""
+    rows: list[list[dict]] = []
+    for line in raw_lines:
+        top, bottom = line["bbox"][1], line["bbox"][3]
+        if rows:
+            last = rows[-1][-1]["bbox"]
+            middle, last_middle = (top + bottom) / 2, (last[1] + last[3]) / 2
+            if abs(middle - last_middle) < 0.4 * max(bottom - top, 1.0) and line["bbox"][0] >= last[2] - 1:
+                rows[-1].append(line)
+                continue
+        rows.append([line])
+    return [" ".join(t for t in ("".join(s["text"] for s in line["spans"]) for line in row) if t.strip()) or ""
+            for row in rows]  # fmt: skip
 
 
 def body_size(pages: list[list[Para]]) -> float:
@@ -157,7 +207,9 @@ def _size_class(size: float) -> float:
 def render(pages: list[list[Para]], body: float) -> list[list[str]]:
     """Markdown for each paragraph: headings by font size (larger sizes, higher levels), footnotes as Markdown
     footnotes, bullets as list items; text that Markdown would misread (a line starting with #, >, |) escaped."""
-    sizes = sorted({_size_class(p.size) for ps in pages for p in ps if _is_heading(p, body)}, reverse=True)
+    sizes = sorted(
+        {_size_class(p.size) for ps in pages for p in ps if p.frame_title or _is_heading(p, body)}, reverse=True
+    )
     level = {size: min(i + 1, 6) for i, size in enumerate(sizes)}
     out = []
     for paragraphs in pages:
@@ -165,18 +217,60 @@ def render(pages: list[list[Para]], body: float) -> list[list[str]]:
         for p in paragraphs:
             if p.table:
                 rendered.append(p.text)
-            elif _is_heading(p, body):
+            elif p.frame_title or _is_heading(p, body):
                 rendered.append("#" * level[_size_class(p.size)] + " " + " ".join(p.text.split()))
+            elif _is_numbered_heading(p, body):
+                depth = p.text.split(None, 1)[0].rstrip(".").count(".") + 1
+                rendered.append("#" * min(len(sizes) + depth, 6) + " " + " ".join(p.text.split()))
             elif _is_footnote(p, body):
                 rendered.append(_FOOTNOTE_MARK.sub(lambda m: f"[^{m.group(1)}]: ", _escape(p.text), count=1))
             else:
                 rendered.append(_BULLET.sub("- ", _escape(p.text)))
-        out.append(rendered)
+        out.append(_numbered(rendered))
     return out
+
+
+_COUNTED = re.compile(r"^(\d{1,2})[ \t]+(?=\S)", re.MULTILINE)
+
+
+def _numbered(paragraphs: list[str]) -> list[str]:
+    """Items numbered 1, 2, 3 ... without a "." (how beamer and some themes set them), in one paragraph or in
+    consecutive ones, as a Markdown ordered list."""
+    out = list(paragraphs)
+    i = 0
+    while i < len(out):
+        j, expected = i, 1
+        while j < len(out) and (n := _counted_from(out[j], expected)):
+            expected += n
+            j += 1
+        if expected > 2:  # two items at least
+            for k in range(i, j):
+                out[k] = _COUNTED.sub(lambda m: m.group(1) + ". ", out[k])
+        i = max(j, i + 1)
+    return out
+
+
+def _counted_from(text: str, first: int) -> int:
+    """How many items numbered first, first + 1, ... `text` holds, from its start; 0 if it is not such a list."""
+    numbers = [int(m.group(1)) for m in _COUNTED.finditer(text)]
+    ok = text.startswith(f"{first} ") and numbers == list(range(first, first + len(numbers)))
+    return len(numbers) if ok else 0
 
 
 def _is_heading(p: Para, body: float) -> bool:
     return body > 0 and p.size >= body * HEADING_RATIO and len(p.text) <= 150 and p.text.count("\n") <= 1
+
+
+def _is_numbered_heading(p: Para, body: float) -> bool:
+    return (
+        p.bold
+        and body > 0
+        and p.size >= body * FOOTNOTE_RATIO
+        and len(p.text) <= 100
+        and p.text.count("\n") <= 1
+        and not p.text.rstrip().endswith((".", ",", ":", ";"))
+        and bool(_NUMBERED_HEADING.match(p.text))
+    )
 
 
 def _is_footnote(p: Para, body: float) -> bool:
@@ -195,7 +289,7 @@ def clean(text: str) -> str:
     return _HYPHENATED.sub("", text)
 
 
-def remove_furniture(pages: list[list[Para]]) -> list[list[Para]]:
+def remove_furniture(pages: list[list[Para]], repeat_share: float) -> list[list[Para]]:
     """Drop running headers/footers and bare page numbers from the edges of each page.
 
     Furniture is recognised two ways: the same text (digits ignored) near a page edge on several pages, or a short
@@ -218,7 +312,7 @@ def remove_furniture(pages: list[list[Para]]) -> list[list[Para]]:
         texts.update({key(p.text) for p in edge(paragraphs)})
         bands.update({band(p) for p in paragraphs[:1] + paragraphs[-1:]})
     enough_pages = len(pages) >= MIN_REPEATS
-    often = max(MIN_REPEATS, REPEAT_SHARE * len(pages))
+    often = max(MIN_REPEATS, repeat_share * len(pages))
     repeated = {k for k, n in texts.items() if n >= often} if enough_pages else set()
     fixed = {b for b, n in bands.items() if n >= max(MIN_REPEATS, BAND_SHARE * len(pages))} if enough_pages else set()
 
@@ -227,8 +321,14 @@ def remove_furniture(pages: list[list[Para]]) -> list[list[Para]]:
         footer_like = len(p.text) <= SHORT_CHARS and p.text.count("\n") <= 1 and bool(_NUMBERED.search(p.text))
         return bool(_PAGE_NUMBER.match(p.text)) or key(p.text) in repeated or (footer_like and band(p) in fixed)
 
+    # A watermark ("DRAFT", "Confidential") sits mid-page, the same short text on most pages.
+    short: Counter[str] = Counter()
+    for paragraphs in pages:
+        short.update({key(p.text) for p in paragraphs if len(p.text.split()) <= WATERMARK_WORDS and not p.table})
+    watermarks = {k for k, n in short.items() if n >= max(MIN_REPEATS, 0.5 * len(pages)) and "#" not in k}
     out = []
     for paragraphs in pages:
+        paragraphs = [p for p in paragraphs if key(p.text) not in watermarks]
         # Peel furniture off both ends, at most EDGE_LINES paragraphs each: a header is only ever at the top.
         kept = list(paragraphs)
         for _ in range(EDGE_LINES):

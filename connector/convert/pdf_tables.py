@@ -22,7 +22,7 @@ MIN_ROWS = 3
 MULTI_SHARE = 0.3  # share of the block's lines that must sit in multi-cell rows (wrapped cells are single)
 MONOSPACED = 8  # PyMuPDF span flag bit
 # Fonts that embed without the monospaced flag: Latin Modern Mono, Computer Modern typewriter, Courier, ...
-_MONO_FONT = re.compile(r"mono|courier|typewriter|consol|^cmtt|^sfmono|inconsolata", re.IGNORECASE)
+MONO_FONT = re.compile(r"mono|courier|typewriter|consol|^cmtt|^sfmono|inconsolata", re.IGNORECASE)
 _LEADER = re.compile(r"(?:\s*\.){4,}\s*")  # table-of-contents dot leaders
 
 
@@ -70,15 +70,15 @@ def segment(blocks: list[dict], clean) -> list[dict | Table]:
             out.append(blocks[i])
         else:
             before, table, after = found
-            out += [_block(before)] if before else []
+            out += [block_of(before)] if before else []
             out.append(table)
             if after:  # the rest of the block: prose, or another table below a spanning line
-                blocks = [*blocks[:j], _block(after), *blocks[j:]]
+                blocks = [*blocks[:j], block_of(after), *blocks[j:]]
         i = j
     return out
 
 
-def _block(raw_lines: list[dict]) -> dict:
+def block_of(raw_lines: list[dict]) -> dict:
     """A text block made of some of a block's lines (the prose around a table that shares its block)."""
     boxes = [line["bbox"] for line in raw_lines]
     bbox = (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
@@ -86,7 +86,7 @@ def _block(raw_lines: list[dict]) -> dict:
 
 
 def _row_like(block: dict) -> bool:
-    return any(len(row) >= 2 for row in visual_rows(_lines(block["lines"])))
+    return any(len(row) >= 2 for row in visual_rows(lines_of(block["lines"])))
 
 
 def _adjacent(upper: dict, lower: dict) -> bool:
@@ -94,7 +94,7 @@ def _adjacent(upper: dict, lower: dict) -> bool:
     return lower["bbox"][1] - upper["bbox"][3] < line_height
 
 
-def _lines(raw: list[dict]) -> list[Line]:
+def lines_of(raw: list[dict]) -> list[Line]:
     out = []
     for line in raw:
         text = "".join(span["text"] for span in line["spans"]).strip()
@@ -112,8 +112,8 @@ def block_table(raw_lines: list[dict], clean) -> tuple[list[dict], Table, list[d
         for span in line["spans"]:
             n = len(span["text"].strip())
             chars += n
-            mono += n if span["flags"] & MONOSPACED or _MONO_FONT.search(span["font"]) else 0
-    lines = _lines(raw_lines)
+            mono += n if span["flags"] & MONOSPACED or MONO_FONT.search(span["font"]) else 0
+    lines = lines_of(raw_lines)
     if len(lines) < MIN_LINES or mono > 0.5 * max(chars, 1):
         return None
     rows = visual_rows(lines)
@@ -141,13 +141,26 @@ def block_table(raw_lines: list[dict], clean) -> tuple[list[dict], Table, list[d
                 mine.extend(extra)
     rendered = [[_cell("\n".join(parts), clean) for parts in row] for row in table]
     rendered = [row for row in rendered if any(row)]
-    if len(rendered) < 2:
+    if len(rendered) < 2 or _enumerated(rendered):
         return None
     header, body = rendered[0], rendered[1:]
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(row) + " |" for row in body]
     top, bottom = min(line.top for row in rows for line in row), max(line.bottom for row in rows for line in row)
     return before, Table("\n".join(out), top, bottom), after
+
+
+_ENUMERATOR = re.compile(r"^(?:\(?(?:\d{1,3}|[a-z]|[ivx]{1,5})[.)]|[•◦▪▸►‣∙·–-])$", re.IGNORECASE)
+
+
+def _enumerated(rows: list[list[str]]) -> bool:
+    """A numbered or bulleted list whose markers sit apart from their items (slides, hanging indents): two
+    "columns", the first of nothing but markers."""
+    markers = [row[0] for row in rows if row[0]]
+    if len(rows[0]) != 2 or len(markers) < 2:
+        return False
+    counted = [str(n) for n in range(1, len(markers) + 1)]  # beamer's numbers in balls have no "." after them
+    return all(_ENUMERATOR.match(m) for m in markers) or markers == counted
 
 
 def _spans_columns(row: list[Line], columns: list[tuple[float, float]]) -> bool:

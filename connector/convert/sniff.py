@@ -58,6 +58,42 @@ class BinaryData(ConversionError):
         super().__init__(message)
 
 
+_ZIP_PARTS = (
+    ("word/document.xml", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
+    ("ppt/presentation.xml", "application/vnd.openxmlformats-officedocument.presentationml.presentation"),
+)
+_ZIP_MIMETYPES = ("application/epub+zip", "application/vnd.oasis.opendocument.text")
+
+
+def container(data: bytes) -> str | None:
+    """The MIME type that a file's bytes state on their own: a PDF, or a ZIP package whose parts say DOCX, PPTX,
+    EPUB or ODT (OPC part names; the OCF/ODF `mimetype` entry). None for anything else."""
+    if data.lstrip()[:5] == b"%PDF-":  # at the very start: other text may quote "%PDF-" in its first kilobyte
+        return "application/pdf"
+    if not data.startswith(b"PK\x03\x04"):
+        return None
+    import io
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            names = set(z.namelist())
+            for part, mime in _ZIP_PARTS:
+                if part in names and "[Content_Types].xml" in names:
+                    return mime
+            if "mimetype" in names:
+                declared = z.read("mimetype")[:100].decode("ascii", "replace").strip()
+                return declared if declared in _ZIP_MIMETYPES else None
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return None
+    return None
+
+
+def magic(data: bytes) -> str | None:
+    """What a file that is not text looks like ("a PNG image"), from its first bytes; None if nothing we know."""
+    return next((what for signature, what in _MAGIC if data.startswith(signature)), None)
+
+
 def is_pdf(data: bytes) -> bool:
     return b"%PDF-" in data[:PDF_HEADER_WINDOW]
 

@@ -1,7 +1,8 @@
-"""Plain text and reStructuredText → block map. The text is kept as is: paragraphs are the spans between blank
-lines; a paragraph that is a title with an underline (and optional overline) of punctuation is a heading, its level
-given by the order in which each underline style first appears (the reStructuredText rule); paragraphs whose lines
-start with bullets or enumerators are lists."""
+"""Plain text, reStructuredText and lightweight markup read as text → block map. The text is kept as is:
+paragraphs are the spans between blank lines; a paragraph that is a title with an underline (and optional overline)
+of punctuation is a heading, its level given by the order in which each underline style first appears (the
+reStructuredText rule); paragraphs whose lines start with bullets or enumerators are lists. AsciiDoc, Org and LaTeX
+add their own heading lines (`== Title`, `** Title`, `\\section{Title}`)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,45 @@ _RULE = re.compile(r"^([=\-~^\"'`#*+:._])\1{2,}\s*$")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+•]|\(?[0-9]{1,3}[.)]|\(?[a-z][.)])\s+\S")
 
 
-def blocks(text: str) -> tuple[Block, ...]:
+# Headings of lightweight markup read as text: (pattern, level from the match). The title, level 1 in AsciiDoc and
+# Org (`= Title`, `#+TITLE:`), is also the document's title.
+_DIALECT_HEADINGS = {
+    "asciidoc": re.compile(r"^(?P<marks>={1,6}|#{1,6})[ \t]+(?P<title>\S.*?)(?:[ \t]+=+)?[ \t]*$"),
+    "org": re.compile(r"^(?P<marks>\*{1,6})[ \t]+(?P<title>\S.*?)[ \t]*$"),
+    "tex": re.compile(
+        r"^[ \t]*\\(?P<command>part|chapter|section|subsection|subsubsection|paragraph|frametitle)\*?[ \t]*"
+        r"(?:\[[^\]\n]*\])?\{(?P<title>[^{}\n]*(?:\{[^{}\n]*\}[^{}\n]*)*)\}"
+        r"|^[ \t]*\\begin\{frame\}(?:<[^>\n]*>)?(?:\[[^\]\n]*\])?\{(?P<frame>[^{}\n]+)\}"
+    ),
+}
+_TEX_LEVELS = {"part": 1, "chapter": 2, "section": 3, "subsection": 4, "subsubsection": 5, "paragraph": 6}
+_TITLES = {
+    "asciidoc": re.compile(r"\A(?:[ \t]*(?://.*)?\n)*=[ \t]+(?P<title>\S.*?)[ \t]*$", re.MULTILINE),
+    "org": re.compile(r"^#\+TITLE:[ \t]*(?P<title>\S.*?)[ \t]*$", re.MULTILINE | re.IGNORECASE),
+    "tex": re.compile(r"\\title(?:\[[^\]\n]*\])?\{(?P<title>[^{}\n]+)\}"),
+}
+_ADOC_ATTRIBUTE = re.compile(r"^:(?P<name>[\w-]+):[ \t]*(?P<value>.*?)[ \t]*$", re.MULTILINE)
+
+
+def blocks(text: str, dialect: str | None = None) -> tuple[Block, ...]:
+    """Blocks of plain text, or of a markup read as text: `dialect` "asciidoc", "org" or "tex" adds its
+    headings (a heading line starts a block of its own; the lines after it are the next block)."""
+    pattern = _DIALECT_HEADINGS.get(dialect or "")
     spans: list[tuple[int, int, str]] = []
     titles: dict[int, tuple[str, str]] = {}
     for m in _PARAGRAPH.finditer(text):
         para = m.group(0)
         lines = para.splitlines()
-        title = _heading_title(lines)
+        found = pattern.match(lines[0]) if pattern else None
+        if found is not None:
+            head_end = m.start() + len(lines[0])
+            titles[m.start()] = (_dialect_style(found), " ".join(_group(found, "title", "frame").split()))
+            spans.append((m.start(), head_end, "heading"))
+            rest = _PARAGRAPH.search(text, head_end, m.end())
+            if rest is not None:
+                spans.append((rest.start(), m.end(), "paragraph"))
+            continue
+        title = _heading_title(lines) if pattern is None else None
         if title is not None:
             style = ("over" if _RULE.match(lines[0]) else "") + lines[-1].strip()[0]
             titles[m.start()] = (style, title)
@@ -36,14 +69,43 @@ def blocks(text: str) -> tuple[Block, ...]:
     for start, end, kind in tile(text, spans):
         if start in titles:
             style, title = titles[start]
-            if style not in styles:
-                styles.append(style)
-            level = styles.index(style) + 1
+            if style.startswith("level:"):
+                level = int(style[6:])
+            else:
+                if style not in styles:
+                    styles.append(style)
+                level = styles.index(style) + 1
             while path and path[-1][0] >= level:
                 path.pop()
             path.append((level, title))
         out.append(Block(start, end, kind, tuple(t for _, t in path)))
     return tuple(out)
+
+
+def _group(m: re.Match, *names: str) -> str:
+    return next((m.group(n) for n in names if n in m.re.groupindex and m.group(n)), "")
+
+
+def _dialect_style(m: re.Match) -> str:
+    if marks := _group(m, "marks"):
+        return f"level:{len(marks)}"
+    if command := _group(m, "command"):
+        return f"level:{_TEX_LEVELS.get(command, 6)}"
+    return "level:6"  # a beamer frame
+
+
+def title(text: str, dialect: str | None) -> str | None:
+    """The title a markup's own syntax gives (`= Title`, `#+TITLE:`, `\\title{}`), attributes resolved."""
+    pattern = _TITLES.get(dialect or "")
+    found = pattern.search(text) if pattern else None
+    if found is None:
+        return None
+    value = found.group("title")
+    if dialect == "asciidoc":
+        attributes = {m.group("name"): m.group("value") for m in _ADOC_ATTRIBUTE.finditer(text)}
+        value = re.sub(r"\{([\w-]+)\}", lambda a: attributes.get(a.group(1), a.group(0)), value)
+    value = " ".join(value.split())
+    return value[:300] or None
 
 
 def _heading_title(lines: list[str]) -> str | None:

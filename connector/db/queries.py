@@ -207,7 +207,8 @@ UPDATE connector.documents
 SET status = CASE WHEN status = 'pending' THEN 'pending' ELSE 'done' END,
     markdown = %(markdown)s, blocks = %(blocks)s, content_hash = %(hash)s, failed_hash = NULL, strategy = %(strategy)s,
     score = %(score)s, last_error = NULL, lease_expires_at = NULL, processed_at = now(), updated_at = now(),
-    page_count = %(page_count)s, claimed_by = NULL, retries = 0, retry_after = NULL
+    page_count = %(page_count)s, claimed_by = NULL, retries = 0, retry_after = NULL,
+    title = COALESCE(%(title)s, title)
 WHERE id = %(id)s AND attempts = %(token)s
 """
 
@@ -324,7 +325,9 @@ RENAME_FOLDER_DOCUMENTS = """
 UPDATE connector.documents AS d
 SET source_key = %(new)s || substr(d.source_key, length(%(old)s) + 1),
     file_path = %(root)s || '/' || %(new)s || substr(d.source_key, length(%(old)s) + 1),
-    title = CASE WHEN d.source_key = %(old)s THEN %(title)s ELSE d.title END, updated_at = now()
+    -- the file's name was its title (it had none of its own): the new name is; a title of its own stays
+    title = CASE WHEN d.source_key = %(old)s AND d.title IS NOT DISTINCT FROM %(old_title)s THEN %(title)s
+                 ELSE d.title END, updated_at = now()
 WHERE d.source = 'folder' AND (d.source_key = %(old)s OR left(d.source_key, length(%(old)s) + 1) = %(old)s || '/')
   AND NOT EXISTS (
       SELECT 1 FROM connector.documents o

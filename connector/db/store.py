@@ -185,7 +185,7 @@ class Store:
 
     def rename_folder_documents(self, root: Path, old: str, new: str) -> list[DocumentKey]:
         """Move documents to a new key (a renamed file, or every file of a renamed folder), chunks untouched."""
-        params = {"old": old, "new": new, "root": str(root), "title": Path(new).name}
+        params = {"old": old, "new": new, "root": str(root), "title": Path(new).name, "old_title": Path(old).name}
         with self.conn.transaction(), self.conn.cursor(row_factory=class_row(DocumentKey)) as cur:
             return cur.execute(queries.RENAME_FOLDER_DOCUMENTS, params).fetchall()
 
@@ -274,6 +274,7 @@ class Store:
                     "strategy": strategy,
                     "score": outcome.winner.score,
                     "page_count": len(outcome.document.page_starts) or None,
+                    "title": outcome.title,
                 },
             )
         return True

@@ -1,10 +1,10 @@
 """Folder source: which files of a folder are documents, and queueing them (`connector run --once`, rescans).
 
 A file is keyed by its POSIX path relative to the folder. One that cannot be processed as it is (unreadable, too
-large, not a regular file, an unsupported type, a name that is not UTF-8) becomes a `failed` row with the reason,
-logged once: no file is silently dropped. A rescan reads only files whose size or modification time differ from
-what their row was hashed with, and removes the documents of files that are gone. The live watcher is
-`connector.sources.watcher`.
+large, not a regular file, a name that is not UTF-8) becomes a `failed` row with the reason, logged once: no file is
+silently dropped. A file of a type we cannot read is queued all the same and fails at conversion, saying what it
+looks like. A rescan reads only files whose size or modification time differ from what their row was hashed with,
+and removes the documents of files that are gone. The live watcher is `connector.sources.watcher`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from connector.convert import SUPPORTED, mime_for_path
+from connector.convert import mime_for_path
 from connector.db.database import connect
 from connector.db.store import Store
 from connector.settings import Settings
@@ -92,9 +92,9 @@ def inspect(root: Path, path: Path) -> FileRef | Refused | None:
         real = Path(os.path.realpath(full))  # never raises on a loop, unlike Path.resolve() in Python 3.11
         if not real.is_relative_to(os.path.realpath(root)):
             return Refused(full, key, "symlink points outside the watched folder", recorded=False)
+        # Every file is queued: what it is comes from its bytes at conversion (a suffix we do not know may be text);
+        # one that is no document we read fails there, with what it looks like, as a queryable failed row.
         mime = mime_for_path(full.name)
-        if mime is None:
-            return Refused(full, key, f"unsupported file type {full.suffix or '(none)'} (supported: {SUPPORTED})", True)
         if key != str(full.relative_to(root).as_posix()):
             return Refused(full, key, "file name is not valid UTF-8: rename it to be processed", True)
         os.stat(full)  # a symlink loop or a dangling link fails here

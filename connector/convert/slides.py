@@ -1,0 +1,85 @@
+"""Slide decks in PDF (LaTeX beamer, exported presentations): frame titles as headings, overlay steps collapsed.
+
+A deck is a PDF of landscape pages, most of them short. Beamer writes every overlay step of a frame (`\\pause`,
+`\\item<2->`) as a page of its own, each repeating what the previous step showed: the same list four times is four
+near-identical chunks. A page whose every paragraph reappears on the next page is such a step; its text goes (the
+page stays, empty, so the page map is unchanged) and the last step, which shows it all, is kept.
+
+Frame titles. Repeated over a frame's steps, a title looks like a running header to the furniture filter; with the
+steps collapsed, only text on at least `REPEAT_SHARE` of the pages (the footline, the headline) is furniture. Then
+the first paragraph of a page, short and in the top `TITLE_ZONE` of it, is the frame's title and becomes a heading
+whatever its font size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from connector.convert.pdf import Para
+
+LANDSCAPE_RATIO = 1.2  # width / height of a slide page (4:3 is 1.33, 16:9 is 1.78; A4 landscape is 1.41)
+DECK_PAGE_SHARE = 0.8  # share of the pages that must be landscape
+MIN_PAGES = 3
+MAX_WORDS_PER_PAGE = 250  # a slide's text; more on most pages is a landscape report, not a deck
+REPEAT_SHARE = 0.5
+TITLE_ZONE = 0.3
+TITLE_MAX_CHARS = 120
+
+_SPACE = re.compile(r"\s+")
+_DIGITS = re.compile(r"\d+")
+
+
+def is_deck(pages: list[list[Para]]) -> bool:
+    sized = [ps for ps in pages if ps and ps[0].page_height > 0]
+    if len(pages) < MIN_PAGES or len(sized) < DECK_PAGE_SHARE * len(pages):
+        return False
+    landscape = sum(ps[0].page_width >= LANDSCAPE_RATIO * ps[0].page_height for ps in sized)
+    short = sum(sum(len(p.text.split()) for p in ps) <= MAX_WORDS_PER_PAGE for ps in sized)
+    return landscape >= DECK_PAGE_SHARE * len(sized) and short >= DECK_PAGE_SHARE * len(sized)
+
+
+def _key(text: str) -> str:
+    # digits out: a step's frame counter or page number ("3 / 31") differs from the next step's
+    return _SPACE.sub(" ", _DIGITS.sub("#", text)).strip().lower()
+
+
+def collapse_overlays(pages: list[list[Para]]) -> list[list[Para]]:
+    """Empty every page whose paragraphs all reappear, in the same text, on the next page."""
+    out = [list(ps) for ps in pages]
+    for i in range(len(pages) - 1):
+        here, following = pages[i], pages[i + 1]
+        if not here or not following:
+            continue
+        later = " \n ".join(_key(p.text) for p in following)
+        if all(_key(p.text) in later for p in here):
+            out[i] = []
+    return out
+
+
+def frame_titles(pages: list[list[Para]]) -> list[list[Para]]:
+    """Mark each page's title: of the short paragraphs near its top, the one set largest (the first of those). What
+    sits above it in smaller type is the theme's headline (section and subsection names): navigation, dropped."""
+    out = []
+    for ps in pages:
+        candidates = [i for i, p in enumerate(ps) if _title_like(p)]
+        if candidates:
+            best = max(candidates, key=lambda i: (round(ps[i].size, 1), -i))
+            above = [p for p in ps[:best] if p.bottom <= ps[best].top + 1 and p.size < ps[best].size]
+            ps = [p for p in ps[:best] if p not in above] + [dataclasses.replace(ps[best], frame_title=True)]
+            ps += list(pages[len(out)][best + 1 :])
+        out.append(ps)
+    return out
+
+
+def _title_like(p: Para) -> bool:
+    return (
+        not p.table
+        and p.page_height > 0
+        and p.top <= TITLE_ZONE * p.page_height
+        and len(p.text) <= TITLE_MAX_CHARS
+        and p.text.count("\n") <= 1
+        and any(ch.isalpha() for ch in p.text)
+    )
