@@ -36,7 +36,6 @@ def corpus(tmp_path: Path) -> Path:
     shutil.copy(FIXTURES / "apache-2.0.txt", folder / "legal")
     shutil.copy(FIXTURES / "lppl-1.3c.pdf", folder / "legal")
     shutil.copy(FIXTURES / "dockerfile-reference.md", folder)
-    (folder / "notes.docx").write_bytes(b"not supported")
     (folder / ".hidden.md").write_text("# hidden")
     return folder
 

@@ -32,7 +32,7 @@ _BLOCKS = frozenset({
 _CHROME_TAGS = ["nav", "header", "footer", "aside", "form", "button", "dialog"]
 _CHROME_ROLES = re.compile(r"^(?:navigation|banner|contentinfo|complementary|search|menu|menubar|toolbar)$", re.I)
 _CHROME_CLASS = re.compile(
-    r"^(?:related|sphinxsidebar\w*|footer|header|navbar\w*|nav|navigation|breadcrumbs?|wy-nav-\w+|rst-versions|"
+    r"^(?:related|sphinxsidebar\w*|footer|header|nav\w*|breadcrumbs?|wy-nav-\w+|rst-versions|"
     r"md-(?:header|footer|sidebar|tabs|search)\w*|sidebar\w*|toc|skip-?link|cookie\w*|site-(?:header|footer|nav))$",
     re.I,
 )

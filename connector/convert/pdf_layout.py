@@ -43,12 +43,14 @@ _PAGES = r"(?:\d{1,4}(?:\s*[–-]\s*\d{1,4})?|[ivxlc]{1,6})"
 _ENTRY = re.compile(rf"^(?P<term>.*[^\W\d_].*?)[,\s]\s*(?P<pages>{_PAGES}(?:\s*,\s*{_PAGES})*)\s*$", re.IGNORECASE)
 # "12.3 45" (a row of a numeric table), "width: 2" (a setting): not entries
 _DATA_ROW = re.compile(r"\d[\d.,%]*\s+\d{1,4}\s*$|[:=]\s*\d{1,4}\s*$")
+_INDEX_COMMA = re.compile(r",\s*\d{1,4}\s*$")
 _BARE = re.compile(rf"^\s*{_PAGES}\s*$", re.IGNORECASE)
 NAV_LEADER_SHARE = 0.5
 NAV_ENTRY_SHARE = 0.7
 NAV_MIN_ROWS = 4
-NAV_ORDERED_SHARE = 0.85  # share of neighbouring entries in order (page numbers, or terms A to Z)
+NAV_ORDERED_SHARE = 0.7  # share of neighbouring entries in order (page numbers, or terms A to Z)
 NAV_DISTINCT_SHARE = 0.8  # entries name different things
+NAV_DISTINCT_PAGES = 0.25  # and refer to more than a few pages (the same number on every row is a value)
 NAV_PAGE_SHARE = 0.5  # a page whose text is at least this much navigation loses its short left-overs too
 LEFTOVER_WORDS = 3
 
@@ -173,7 +175,7 @@ def _rows(block: dict) -> list[str]:
 def is_navigation(block: dict) -> bool:
     """A block of table-of-contents or index entries (see the module docstring)."""
     rows = [r for r in _rows(block) if r.strip()]
-    if not rows or _monospaced(block):  # code and program output end lines with numbers too
+    if not rows:
         return False
     leaders = sum(bool(_LEADER.search(r)) for r in rows)
     if leaders and leaders >= NAV_LEADER_SHARE * len(rows):
@@ -184,11 +186,14 @@ def is_navigation(block: dict) -> bool:
     bare = sum(bool(_BARE.match(r)) for r in rows)
     if len(entries) + leaders + bare < NAV_ENTRY_SHARE * len(rows) or len(entries) < 2:
         return False
+    # Code and program output end lines with numbers too; an index of commands in typewriter type has "term, 12".
+    if _monospaced(block) and sum(bool(_INDEX_COMMA.search(m.group(0))) for m in entries) < 0.5 * len(entries):
+        return False
     pages = [_first_page(m.group("pages")) for m in entries]
-    terms = [m.group("term").strip(" ,.").casefold() for m in entries]
+    terms = ["".join(ch for ch in m.group("term").casefold() if ch.isalnum()) for m in entries]  # "\\action": a
     if len(set(terms)) < NAV_DISTINCT_SHARE * len(terms):  # "test row 1", "test row 2": numbered content
         return False
-    if len({p for p in pages if p is not None}) < NAV_DISTINCT_SHARE / 2 * len(pages):
+    if len({p for p in pages if p is not None}) < NAV_DISTINCT_PAGES * len(pages):
         return False  # the same number on every row is a value, not page references
     pairs = len(entries) - 1
     ascending = sum(a <= b for a, b in zip(pages, pages[1:], strict=False) if a is not None and b is not None)

@@ -27,6 +27,7 @@ MAX_WORDS_PER_PAGE = 250  # a slide's text; more on most pages is a landscape re
 REPEAT_SHARE = 0.5
 TITLE_ZONE = 0.3
 TITLE_MAX_CHARS = 120
+OVERLAY_CHANGE = 0.2  # share of a step's text that the next step of the same frame may replace
 
 _SPACE = re.compile(r"\s+")
 _DIGITS = re.compile(r"\d+")
@@ -47,16 +48,29 @@ def _key(text: str) -> str:
 
 
 def collapse_overlays(pages: list[list[Para]]) -> list[list[Para]]:
-    """Empty every page whose paragraphs all reappear, in the same text, on the next page."""
+    """Empty every page whose paragraphs all reappear, in the same text, on the next page; or, when the next page
+    has the same frame title, all but `OVERLAY_CHANGE` of its text (an `\\only` that swaps a caption)."""
     out = [list(ps) for ps in pages]
     for i in range(len(pages) - 1):
         here, following = pages[i], pages[i + 1]
         if not here or not following:
             continue
         later = " \n ".join(_key(p.text) for p in following)
-        if all(_key(p.text) in later for p in here):
+        missing = sum(len(p.text) for p in here if _key(p.text) not in later)
+        same_frame = _title(here) is not None and _title(here) == _title(following)
+        if missing == 0 or (same_frame and missing <= OVERLAY_CHANGE * sum(len(p.text) for p in here)):
             out[i] = []
     return out
+
+
+def _title_index(ps: list[Para]) -> int | None:
+    candidates = [i for i, p in enumerate(ps) if _title_like(p)]
+    return max(candidates, key=lambda i: (round(ps[i].size, 1), -i)) if candidates else None
+
+
+def _title(ps: list[Para]) -> str | None:
+    i = _title_index(ps)
+    return None if i is None else _key(ps[i].text)
 
 
 def frame_titles(pages: list[list[Para]]) -> list[list[Para]]:
@@ -64,9 +78,8 @@ def frame_titles(pages: list[list[Para]]) -> list[list[Para]]:
     sits above it in smaller type is the theme's headline (section and subsection names): navigation, dropped."""
     out = []
     for ps in pages:
-        candidates = [i for i, p in enumerate(ps) if _title_like(p)]
-        if candidates:
-            best = max(candidates, key=lambda i: (round(ps[i].size, 1), -i))
+        best = _title_index(ps)
+        if best is not None:
             above = [p for p in ps[:best] if p.bottom <= ps[best].top + 1 and p.size < ps[best].size]
             ps = [p for p in ps[:best] if p not in above] + [dataclasses.replace(ps[best], frame_title=True)]
             ps += list(pages[len(out)][best + 1 :])

@@ -42,7 +42,7 @@ def blocks(text: str, dialect: str | None = None) -> tuple[Block, ...]:
     pattern = _DIALECT_HEADINGS.get(dialect or "")
     spans: list[tuple[int, int, str]] = []
     titles: dict[int, tuple[str, str]] = {}
-    for m in _PARAGRAPH.finditer(text):
+    for m in _paragraphs(text, pattern):
         para = m.group(0)
         lines = para.splitlines()
         found = pattern.match(lines[0]) if pattern else None
@@ -80,6 +80,24 @@ def blocks(text: str, dialect: str | None = None) -> tuple[Block, ...]:
             path.append((level, title))
         out.append(Block(start, end, kind, tuple(t for _, t in path)))
     return tuple(out)
+
+
+def _paragraphs(text: str, heading: re.Pattern | None) -> list[re.Match]:
+    """Runs of non-blank lines; with a dialect, a heading line also starts a run (Org and LaTeX put headings right
+    under the text before them)."""
+    out: list[re.Match] = []
+    for m in _PARAGRAPH.finditer(text):
+        if heading is None:
+            out.append(m)
+            continue
+        start = m.start()
+        for line in re.finditer(r"[^\n]+", m.group(0)):
+            at = m.start() + line.start()
+            if at > start and heading.match(line.group(0)):
+                out.append(_PARAGRAPH.match(text, start, at - 1) or _PARAGRAPH.search(text, start, at))
+                start = at
+        out.append(_PARAGRAPH.match(text, start, m.end()))
+    return [m for m in out if m is not None]
 
 
 def _group(m: re.Match, *names: str) -> str:

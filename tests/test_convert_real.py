@@ -1,0 +1,268 @@
+"""Conversion of the documents people actually drop in (issue 13), on real files from Debian packages
+(`fixtures/real/SOURCES.md` says where each comes from and under which licence)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pymupdf
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from connector.convert import convert, mime_for_path, pdf_layout
+from connector.db.database import connect
+from connector.db.store import Store
+from connector.models import Document
+from connector.settings import ChunkingSettings
+from tests.conftest import FIXTURES, child_env, connector_cmd
+from tests.test_convert import assert_tiles
+
+REAL = FIXTURES / "real"
+CHUNKING = ChunkingSettings()
+FILES = sorted(p.name for p in REAL.iterdir() if p.is_file() and p.suffix not in (".md", ".tex"))
+
+
+def doc(name: str, **changes) -> Document:
+    path = REAL / name
+    return convert(path.read_bytes(), mime_for_path(path), CHUNKING.model_copy(update=changes))
+
+
+def headings(d: Document) -> list[str]:
+    return [b.section_path[-1] for b in d.blocks if b.kind == "heading" and b.section_path]
+
+
+_LEADER = re.compile(r"(?:\.\s?){4,}\s*\d")
+_NUMBERS_AT_END = re.compile(r"(?:^|[\s,])(?:\d{1,4}|[ivxlc]{1,6})\s*$", re.IGNORECASE)
+
+
+def mostly_navigation(text: str) -> bool:
+    """A span most of whose lines are dot-leader entries, end in page numbers, or are bare numbers."""
+    lines = [line for line in text.splitlines() if line.strip() and not set(line.strip()) <= set("|-: ")]
+    if len(lines) < 3:
+        return False
+    nav = sum(bool(_LEADER.search(line) or _NUMBERS_AT_END.search(line.strip(" |"))) for line in lines)
+    return nav > 0.5 * len(lines)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_every_real_document_converts_with_exact_offsets(name: str) -> None:
+    d = doc(name)
+    assert_tiles(d)
+    untitled = {"officer-table-complex.docx", "beamer-userguide-index-p226-p227.pdf"}  # no metadata, no heading left
+    assert d.title or name in untitled, "the others say what they are called"
+    if d.page_starts:
+        assert list(d.page_starts) == sorted(d.page_starts) and d.page_starts[-1] <= len(d.markdown)
+        assert all(b.page is not None and 1 <= b.page <= len(d.page_starts) for b in d.blocks)
+    assert not [p for b in d.blocks for p in b.section_path if "¶" in p], "no permalink anchors in section paths"
+
+
+def test_two_column_paper_reads_column_by_column() -> None:
+    d = doc("dtc-paper-twocol.pdf")
+    numbers = [m.group(0) for h in headings(d) if (m := re.match(r"\d+(?:\.\d+)*", h))]
+    assert numbers == ["1", "1.1", "1.2", "2", "2.1", "2.2", "2.3", "3", "3.1", "3.2", "3.3", "4", "4.1", "4.2"]
+    text = d.markdown
+    assert text.index("We present a method") < text.index("1 Introduction"), "the abstract stays before section 1"
+    assert d.page_at(text.index("## 2 The Flattened Tree")) == 2
+    assert d.title == "Device trees everywhere", "no metadata title: the first top-level heading"
+
+
+def test_single_column_pages_keep_their_order() -> None:
+    """Column detection leaves a one-column manual's pages as PyMuPDF orders them (tables and lists included)."""
+    data = (FIXTURES / "debian-policy-p28-35.pdf").read_bytes()
+    with pymupdf.open(stream=data, filetype="pdf") as pdf:
+        for page in pdf:
+            blocks = [b for b in page.get_text("dict", sort=True)["blocks"] if b["type"] == 0]
+            assert pdf_layout.reading_order(blocks, page.rect.width, page.rect.height) == blocks
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["beamer-userguide-toc-p3-p10.pdf", "listings-manual-toc-p1-p2-index-p61-p63.pdf",
+     "beamer-userguide-index-p226-p227.pdf"],
+)  # fmt: skip
+def test_contents_and_index_pages_are_not_content(name: str) -> None:
+    kept = doc(name, keep_navigation=True)
+    assert any(mostly_navigation(kept.markdown[b.start : b.end]) for b in kept.blocks), "the fixture has them"
+    d = doc(name)
+    offenders = [d.markdown[b.start : b.end][:80] for b in d.blocks if mostly_navigation(d.markdown[b.start : b.end])]
+    assert not offenders
+    assert len(d.markdown) < 0.6 * len(kept.markdown)
+
+
+def test_the_body_after_a_table_of_contents_is_kept() -> None:
+    d = doc("beamer-userguide-toc-p3-p10.pdf")
+    assert {"1 Introduction", "1.1 Main Features", "1.2 History"} <= set(headings(d))
+    assert all(d.page_at(d.markdown.index(h)) >= 6 for h in ("1.1 Main Features", "1.2 History"))
+    listings = doc("listings-manual-toc-p1-p2-index-p61-p63.pdf")
+    assert listings.title == "The Listings Package"  # PDF metadata
+
+
+def test_sphinx_page_keeps_its_content_and_drops_the_site_around_it() -> None:
+    d = doc("sphinx-jinja2-sandbox.html")
+    assert headings(d) == ["Sandbox", "Security Considerations", "API", "Operator Intercepting"]
+    assert d.title == "Sandbox — Jinja Documentation (3.1.x)"
+    for chrome in ("¶", "Quick search", "Navigation", "Created using", "Permalink", "previous |", "modules |"):
+        assert chrome not in d.markdown, chrome
+    assert "SandboxedEnvironment" in d.markdown and "```" in d.markdown, "code kept"
+    postgres = convert((FIXTURES / "postgresql-15-datatype-numeric.html").read_bytes(), "text/html", CHUNKING)
+    assert "[Prev]" not in postgres.markdown and "[Next]" not in postgres.markdown, "DocBook navheader/navfooter"
+    assert "| Name | Storage Size | Description | Range |" in postgres.markdown, "tables kept"
+
+
+def test_beamer_deck_frame_titles_are_headings_and_overlays_collapse() -> None:
+    d = doc("beamer-conference-talk.pdf")
+    titles = headings(d)
+    for frame in ("Outline", "What is haplotyping and why is it important?", "Our formalization of haplotyping.",
+                  "The formal computational problem.", "Summary"):  # fmt: skip
+        assert frame in titles, frame
+    assert titles.count("How blocks help in perfect phylogeny haplotyping.") <= 2, "4 overlay steps, not 4 copies"
+    assert d.markdown.count("Partition the site set into overlapping contiguous blocks.") == 1
+    assert len(d.page_starts) == 31, "the page map keeps every page"
+    item = d.markdown.index("Partition the site set")
+    assert d.block_at(item).kind == "list" and "| 1 | Partition" not in d.markdown, "a numbered list, not a table"
+    assert d.title.startswith("On the Complexity of SNP Block Partitioning")
+    assert "Bad News: Hardness Results | Good News" not in d.markdown, "the navigation headline is furniture"
+
+
+def test_pptx_slides_are_pages_with_titles_lists_and_tables() -> None:
+    d = doc("officer-example.pptx")
+    assert headings(d) == ["Title", "Hi", "Slide 3"]
+    assert len(d.page_starts) == 3 and d.page_at(d.markdown.index("## Hi")) == 2
+    assert d.title == "document title"
+    assert "| Header 1 | Header 2 | Header 3 |" in d.markdown
+    assert d.block_at(d.markdown.index("This is an ordered")).kind == "list"
+
+
+def test_docx_headings_lists_tables_and_core_title() -> None:
+    d = doc("officer-example.docx")
+    assert d.title == "document title"
+    assert headings(d) == ["Title 1", "Title 2", "Sub title 1", "Sub title 2"]
+    assert [b.section_path for b in d.blocks if b.kind == "heading"][2] == ("Title 2", "Sub title 1")
+    assert "| Petals | Internode | Sepal | Bract |" in d.markdown
+    assert d.block_at(d.markdown.index("Quisque tristique")).kind == "list"
+    assert doc("officer-table-complex.docx").title is None, "an empty core title is none (the file name: pipeline)"
+
+
+def test_epub_odt_rmd_asciidoc_and_org_have_headings_and_titles() -> None:
+    epub = doc("debian-history-en.epub")
+    assert epub.title == "A Brief History of Debian"
+    assert {"Chapter 2. Leadership", "4.1. The 0.x Releases"} <= set(headings(epub))
+    odt = doc("live-manual-en.odt")
+    assert odt.title == "Live Systems Manual" and {"About this manual", "Installation"} <= set(headings(odt))
+    rmd = doc("knitr-knit_print.Rmd")
+    assert rmd.title == "Custom Print Methods"
+    assert headings(rmd) == [
+        "Customize Printing",
+        "A Low-level Explanation",
+        "The `render` option",
+        "Metadata",
+        "For package authors",
+    ]  # fmt: skip  (no `#` comment of an R chunk among them)
+    adoc = doc("asciidoctor-syntax.adoc")
+    assert adoc.title == "AsciiDoc Syntax"
+    assert {"Paragraphs", "Text Formatting", "Unordered", "Ordered"} <= set(headings(adoc))
+    assert not [h for h in headings(adoc) if set(h) <= set("=")], "==== delimits a block, it is no heading"
+    assert doc("rdiff-backup-FAQ.adoc").title == "rdiff-backup: F.A.Q.", "attribute references resolved"
+    org = doc("postmodern-simple-date.org")
+    assert org.title == "Simple-Date" and {"Date type", "class date"} <= set(headings(org))
+    assert [b.section_path for b in org.blocks if b.section_path[-1:] == ("class date",)][0] == (
+        "Date type", "class date")  # fmt: skip
+
+
+def test_latin1_tex_fails_clearly_rather_than_guessing() -> None:
+    """No charset is guessed (sniff.py): a Latin-1 file fails saying which byte, where."""
+    with pytest.raises(Exception, match=r"not valid UTF-8 text \(byte 0xa1 at offset 309\)"):
+        doc("beamer-conference-talk.tex")
+    latex = (REAL / "beamer-conference-talk.tex").read_bytes().decode("latin-1").encode()
+    d = convert(latex, "text/x-tex", CHUNKING)
+    assert {"Introduction", "The Model and the Problem"} <= set(headings(d))
+
+
+# --- reading order invariants -----------------------------------------------------------------------------------
+
+
+def _line(x0: float, y0: float, x1: float, text: str) -> dict:
+    span = {"text": text, "size": 10.0, "flags": 0, "font": "Times"}
+    return {"bbox": (x0, y0, x1, y0 + 10), "spans": [span]}
+
+
+@st.composite
+def pages(draw):
+    """Random pages: blocks of lines placed in one, two or three columns, some spanning the page."""
+    columns = draw(st.sampled_from([1, 2, 3]))
+    width, margin, gap = 612.0, 72.0, 18.0
+    col_width = (width - 2 * margin - (columns - 1) * gap) / columns
+    blocks, y = [], [72.0] * columns
+    for n in range(draw(st.integers(1, 25))):
+        wide = draw(st.booleans()) and draw(st.booleans())
+        col = draw(st.integers(0, columns - 1))
+        x0 = margin if wide else margin + col * (col_width + gap)
+        x1 = width - margin if wide else x0 + col_width * draw(st.floats(0.3, 1.0))
+        top = max(y) if wide else y[col]
+        lines = [_line(x0, top + 12 * i, x1, f"block {n} line {i}") for i in range(draw(st.integers(1, 6)))]
+        blocks.append({"type": 0, "bbox": (x0, top, x1, top + 12 * len(lines)), "lines": lines})
+        for c in range(columns) if wide else [col]:
+            y[c] = top + 12 * len(lines) + 6
+    blocks.sort(key=lambda b: (b["bbox"][1], b["bbox"][0]))  # what PyMuPDF's sort=True gives
+    return blocks, width
+
+
+@settings(max_examples=150, deadline=None)
+@given(pages())
+def test_reading_order_loses_and_repeats_no_line(page) -> None:
+    blocks, width = page
+    out = pdf_layout.reading_order(blocks, width, 792.0)
+
+    def texts(bs):
+        return sorted(s["text"] for b in bs for line in b["lines"] for s in line["spans"])
+
+    assert texts(out) == texts(blocks)
+    for b in out:  # each block's lines keep their order
+        tops = [line["bbox"][1] for line in b["lines"]]
+        assert tops == sorted(tops)
+
+
+# --- through the pipeline, into Postgres ----------------------------------------------------------------------
+
+
+def test_real_documents_ingest_with_their_own_titles_and_no_navigation_chunks(tmp_path: Path, migrated_dsn) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    names = ["dtc-paper-twocol.pdf", "listings-manual-toc-p1-p2-index-p61-p63.pdf", "officer-example.docx",
+             "officer-table-complex.docx", "debian-history-en.epub", "knitr-knit_print.Rmd",
+             "sphinx-jinja2-sandbox.html", "postmodern-simple-date.org"]  # fmt: skip
+    for name in names:
+        (folder / name).write_bytes((REAL / name).read_bytes())
+    (folder / "cover.png").write_bytes(pymupdf.open(REAL / "dtc-paper-twocol.pdf")[0].get_pixmap(dpi=10).tobytes())
+    command = connector_cmd("ingest", str(folder), "--dsn", migrated_dsn, "--embedder", "fake")
+    result = subprocess.run(command, cwd=tmp_path, env=child_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1, result.stderr  # the picture failed, everything else is done
+    with psycopg.connect(migrated_dsn) as conn:
+        rows = {k: (s, t, e) for k, s, t, e in conn.execute(
+            "SELECT source_key, status, title, last_error FROM connector.documents")}  # fmt: skip
+        chunks = conn.execute(
+            "SELECT d.source_key, c.text, c.section_path FROM connector.chunks c "
+            "JOIN connector.documents d ON d.id = c.document_id"
+        ).fetchall()
+    assert rows["cover.png"][0] == "failed" and "looks like a PNG image" in rows["cover.png"][2]
+    assert {k: s for k, (s, _, _) in rows.items() if k != "cover.png"} == dict.fromkeys(names, "done")
+    assert rows["dtc-paper-twocol.pdf"][1] == "Device trees everywhere"
+    assert rows["listings-manual-toc-p1-p2-index-p61-p63.pdf"][1] == "The Listings Package"
+    assert rows["officer-example.docx"][1] == "document title"
+    assert rows["officer-table-complex.docx"][1] == "officer-table-complex.docx", "no title of its own: its name"
+    assert rows["debian-history-en.epub"][1] == "A Brief History of Debian"
+    assert rows["knitr-knit_print.Rmd"][1] == "Custom Print Methods"
+    assert not [(k, t[:60]) for k, t, _ in chunks if mostly_navigation(t)]
+    assert not [p for _, _, path in chunks for p in path if "¶" in p]
+
+    # A renamed file keeps the title it gave itself; one titled by its name takes the new name.
+    with connect(migrated_dsn) as conn:
+        store = Store(conn)
+        store.rename_folder_documents(folder, "officer-example.docx", "renamed.docx")
+        store.rename_folder_documents(folder, "officer-table-complex.docx", "table.docx")
+        titles = dict(conn.execute("SELECT source_key, title FROM connector.documents").fetchall())
+    assert titles["renamed.docx"] == "document title" and titles["table.docx"] == "table.docx"
