@@ -58,6 +58,8 @@ class ChunkingSettings(BaseSettings):
     keep_navigation: bool = Field(
         False, description="Keep tables of contents, lists of figures and indexes of converted documents as text."
     )
+    ocr: bool = Field(True, description="Read image-only PDF pages with Tesseract OCR, when it is installed.")
+    ocr_language: str = Field("eng", description="Tesseract language(s) for OCR, e.g. eng+deu (installed packs).")
 
 
 class ScoringSettings(BaseSettings):

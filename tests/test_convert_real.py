@@ -266,3 +266,21 @@ def test_real_documents_ingest_with_their_own_titles_and_no_navigation_chunks(tm
         store.rename_folder_documents(folder, "officer-table-complex.docx", "table.docx")
         titles = dict(conn.execute("SELECT source_key, title FROM connector.documents").fetchall())
     assert titles["renamed.docx"] == "document title" and titles["table.docx"] == "table.docx"
+
+
+# --- OCR (Tesseract is installed by .ci/run and the Dockerfile) ---------------------------------------------------
+
+
+def test_a_scanned_page_is_read_by_ocr_and_fails_clearly_without_it() -> None:
+    """`scanned-lppl-p1.pdf`: page 1 of the LPPL rendered to a grey image, the only thing in the PDF."""
+    from connector.convert import ocr
+    from connector.errors import ConversionError
+
+    assert ocr.available(), "Tesseract is part of the test environment (.ci/run installs tesseract-ocr)"
+    d = doc("scanned-lppl-p1.pdf")
+    assert "Everyone is allowed to distribute verbatim copies" in " ".join(d.markdown.split())
+    assert "Preamble" in headings(d) and d.page_starts == (0,)
+    with pytest.raises(ConversionError, match="1 scanned, OCR is off: CONNECTOR_CHUNK_OCR=true reads them"):
+        doc("scanned-lppl-p1.pdf", ocr=False)
+    with pytest.raises(ConversionError, match="OCR failed"):
+        doc("scanned-lppl-p1.pdf", ocr_language="xx-not-installed")

@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 
-from connector.convert import markdown, pdf_layout, pdf_tables, slides
+from connector.convert import markdown, ocr, pdf_layout, pdf_tables, slides
 from connector.errors import ConversionError
 from connector.models import Document
 from connector.settings import ChunkingSettings
@@ -87,8 +87,13 @@ def convert(data: bytes, settings: ChunkingSettings) -> Document:
         raise ConversionError("PDF has no pages")
     try:
         pages = _extract(data, count, settings.keep_navigation)
+        scanned = _image_only(data, pages)
+        read = ocr.read_pages(data, scanned, settings) if scanned and settings.ocr and ocr.available() else {}
+    except ocr.OcrError:
+        raise
     except Exception as exc:
         raise ConversionError(f"cannot read PDF: {exc}") from exc
+    pages = [read.get(n, page) for n, page in enumerate(pages)]
     if slides.is_deck(pages):
         pages = slides.frame_titles(remove_furniture(slides.collapse_overlays(pages), slides.REPEAT_SHARE))
     else:
@@ -108,7 +113,7 @@ def convert(data: bytes, settings: ChunkingSettings) -> Document:
         offset += len(piece)
     text = "".join(parts)
     if not text.strip():
-        raise ConversionError(f"PDF has no extractable text ({count} pages; scanned images?)")
+        raise ConversionError(f"PDF has no extractable text ({count} pages{ocr.why_not(scanned, settings)})")
     starts = tuple(page_starts)
     blocks = markdown.blocks(text, starts)
     return Document(text, blocks, starts, title=metadata_title or markdown.first_title(text, blocks, max_page=2))
@@ -139,6 +144,17 @@ def _extract(data: bytes, count: int, keep_navigation: bool) -> list[list[Para]]
         return [page for batch in batches for page in batch]
 
 
+def _image_only(data: bytes, pages: list[list[Para]]) -> list[int]:
+    """Pages (0-based) without text that show an image: scans, to be read by OCR."""
+    import pymupdf
+
+    empty = [n for n, page in enumerate(pages) if not page]
+    if not empty:
+        return []
+    with pymupdf.open(stream=data, filetype="pdf") as pdf:
+        return [n for n in empty if pdf[n].get_images() and not pdf[n].get_text().strip()]
+
+
 def extract_pages(data: bytes, first: int, last: int, keep_navigation: bool) -> list[list[Para]]:
     """Text blocks of pages [first, last), in reading order (runs in worker processes for long documents)."""
     import pymupdf
@@ -147,10 +163,12 @@ def extract_pages(data: bytes, first: int, last: int, keep_navigation: bool) -> 
         return [_page_paragraphs(pdf[n], keep_navigation) for n in range(first, last)]
 
 
-def _page_paragraphs(page, keep_navigation: bool) -> list[Para]:
+def _page_paragraphs(page, keep_navigation: bool, textpage=None) -> list[Para]:
+    """The page's paragraphs; from `textpage` (an OCR text layer) when given."""
     paragraphs = []
     width, height = page.rect.width, page.rect.height
-    blocks = [b for b in page.get_text("dict", sort=True)["blocks"] if b.get("type") == 0]  # not images
+    found = page.get_text("dict", sort=True, textpage=textpage)["blocks"]
+    blocks = [b for b in found if b.get("type") == 0]  # not images
     blocks = pdf_layout.reading_order(blocks, width, height)
     if not keep_navigation:
         blocks = pdf_layout.drop_navigation(blocks)
