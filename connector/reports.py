@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from connector import qa
@@ -114,7 +115,7 @@ def bench_print(embedder: str, arms, runs) -> None:
 
 
 def conversion(paths: list[Path], out: Path | None, settings: ChunkingSettings) -> tuple[list[dict], dict]:
-    """Convert each supported file under `paths`: a row of figures per file, and a summary with PDF pages/s."""
+    """Convert each file under `paths`: a row of figures per file (its title too), and a summary with PDF pages/s."""
     from connector.convert import convert
     from connector.errors import DocumentError
     from connector.ingest import select
@@ -136,6 +137,7 @@ def conversion(paths: list[Path], out: Path | None, settings: ChunkingSettings) 
         rows.append(
             {
                 "file": ref.key,
+                "title": doc.title,
                 "pages": len(doc.page_starts) or None,
                 "chars": len(doc.markdown),
                 "blocks": dict(Counter(b.kind for b in doc.blocks)),
@@ -161,14 +163,14 @@ def conversion(paths: list[Path], out: Path | None, settings: ChunkingSettings) 
 
 
 def conversion_print(rows: list[dict], summary: dict) -> None:
-    table = Table("file", "pages", "chars", "blocks", "units", "tiled", "s")
+    table = Table("file", "title", "pages", "chars", "blocks", "units", "tiled", "s")
     for r in rows:
         if "error" in r:
-            table.add_row(r["file"], "", "", f"[red]{r['error']}[/red]", "", "", "")
+            table.add_row(escape(r["file"]), "", "", "", f"[red]{escape(r['error'])}[/red]", "", "", "")
             continue
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(r["blocks"].items()))
-        table.add_row(r["file"], str(r["pages"] or ""), str(r["chars"]), kinds, str(r["units"]),
-                      "yes" if r["tiled"] else "[red]NO[/red]", f"{r['seconds']:.2f}")  # fmt: skip
+        table.add_row(escape(r["file"]), escape(r["title"] or ""), str(r["pages"] or ""), str(r["chars"]), kinds,
+                      str(r["units"]), "yes" if r["tiled"] else "[red]NO[/red]", f"{r['seconds']:.2f}")  # fmt: skip
     out = console()
     out.print(table)
     out.print(
