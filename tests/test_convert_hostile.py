@@ -14,7 +14,7 @@ import pymupdf
 import pytest
 
 from connector.convert import convert
-from connector.errors import ConversionError
+from connector.errors import ConversionError, UnsupportedDocument
 from connector.settings import ChunkingSettings
 from tests.conftest import FIXTURES
 from tests.test_convert import assert_tiles
@@ -149,9 +149,9 @@ def test_what_the_bytes_say_wins_over_the_label() -> None:
     assert as_text.page_starts and "LaTeX Project Public License" in as_text.markdown
     docx = (FIXTURES / "real" / "officer-example.docx").read_bytes()
     assert convert(docx, "application/octet-stream", SETTINGS).title == "document title"
-    with pytest.raises(ConversionError, match=r"unsupported file type \(looks like a PNG image\)"):
+    with pytest.raises(UnsupportedDocument, match=r"unsupported file type \(looks like a PNG image\)"):
         convert(_png(), "application/octet-stream", SETTINGS)
-    with pytest.raises(ConversionError, match="unsupported file type 'image/png' .*not text"):
+    with pytest.raises(UnsupportedDocument, match="unsupported file type 'image/png' .*not text"):
         convert(b"\x89PNG", "image/png", SETTINGS)
     assert convert(TEXT.encode(), "application/octet-stream", SETTINGS).markdown == TEXT
 
