@@ -207,3 +207,53 @@ def test_a_recursion_error_in_any_converter_is_a_conversion_error() -> None:
 
     with pytest.raises(ConversionError, match="nested too deeply"):
         descend(sys.getrecursionlimit() - depth() - 40)
+
+
+# --- office archives and HTML chrome (issue 13) ---------------------------------------------------------------------
+
+
+def _archive(entries: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", method) as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+ODT_MIME = b"application/vnd.oasis.opendocument.text"
+ODT_BODY = b'<office:document-content xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" ' \
+    b'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0"><office:body><office:text>%s' \
+    b"</office:text></office:body></office:document-content>"  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_archive({"mimetype": ODT_MIME, "content.xml": b"<a>" + b" " * 30_000_000 + b"</a>"}), "zip bomb"),
+        (_archive({"mimetype": ODT_MIME, "content.xml": ODT_BODY % b'<text:h text:outline-level="x">T</text:h>'}),
+         "cannot read ODT: ValueError"),
+        (_archive({"mimetype": ODT_MIME, "content.xml": ODT_BODY % b"", "meta.xml": b"<bad"}), "cannot read ODT"),
+        (_archive({"[Content_Types].xml": b"<Types/>", "word/document.xml": b"not xml"}), "DOCX"),
+        (_archive({"mimetype": b"application/epub+zip", "META-INF/container.xml": b"<x/>"}), "EPUB"),
+    ],
+    ids=["odt-zip-bomb", "odt-bad-level", "odt-bad-meta", "docx-not-xml", "epub-no-package"],
+)  # fmt: skip
+def test_broken_office_files_fail_as_conversion_errors(data: bytes, message: str) -> None:
+    with pytest.raises(ConversionError, match=message):
+        convert(data, "application/octet-stream", SETTINGS)
+
+
+def test_html_keeps_section_headers_notes_and_section_signs() -> None:
+    page = (
+        "<html><body><nav>Home | Docs</nav><header><p>Site banner</p></header>"
+        "<section><header><h1>Chapter One</h1></header><p>See § 5 of the act, and the note.</p>"
+        '<aside epub:type="footnote"><p>The footnote text.</p></aside>'
+        '<aside class="sidebar"><p>Related links</p></aside></section>'
+        "<footer>Copyright</footer></body></html>"
+    )
+    md = convert(page.encode(), "text/html", SETTINGS).markdown
+    assert "# Chapter One" in md and "See § 5 of the act" in md and "The footnote text." in md
+    for chrome in ("Home | Docs", "Site banner", "Related links", "Copyright"):
+        assert chrome not in md
+    only_chrome = "<html><body><div class='navbar'><p>Everything here sits in a nav-like class.</p></div></body></html>"
+    assert "Everything here" in convert(only_chrome.encode(), "text/html", SETTINGS).markdown, "converted whole"

@@ -241,7 +241,7 @@ def test_bad_inputs_fail_with_clear_messages_and_documents_after_them_succeed(
     expected |= {
         "r1-no-content": "neither content nor content_bytes",
         "r2-garbage-pdf": "PDF",
-        "r3-unsupported-type": "unsupported file type 'image/png' (looks like a PNG image)",
+        "r3-unsupported-type": "unsupported file type 'image/png' (not text",
         "r5-outside-roots": "outside the folders",
         "picture.png": "unsupported file type (looks like a PNG image)",
     }

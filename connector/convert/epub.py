@@ -7,10 +7,12 @@ import io
 import warnings
 
 from connector.convert import html, markdown
+from connector.convert.office import _guarded
 from connector.errors import ConversionError
 from connector.models import Document
 
 
+@_guarded("EPUB")
 def convert(data: bytes) -> Document:
     from ebooklib import ITEM_DOCUMENT, epub
 

@@ -32,13 +32,14 @@ _BLOCKS = frozenset({
 _CHROME_TAGS = ["nav", "header", "footer", "aside", "form", "button", "dialog"]
 _CHROME_ROLES = re.compile(r"^(?:navigation|banner|contentinfo|complementary|search|menu|menubar|toolbar)$", re.I)
 _CHROME_CLASS = re.compile(
-    r"^(?:related|sphinxsidebar\w*|footer|header|nav\w*|breadcrumbs?|wy-nav-\w+|rst-versions|"
-    r"md-(?:header|footer|sidebar|tabs|search)\w*|sidebar\w*|toc|skip-?link|cookie\w*|site-(?:header|footer|nav))$",
+    r"^(?:related|sphinxsidebar\w*|footer|nav\w*|breadcrumbs?|wy-nav-\w+|rst-versions|"
+    r"md-(?:header|footer|sidebar|tabs|search)\w*|sidebar\w*|skip-?link|cookie\w*|site-(?:header|footer|nav))$",
     re.I,
 )
+_TOC_CLASS = re.compile(r"^(?:toc|contents|localtoc|toctree-wrapper)$", re.I)  # a list of links, not a table
 # Permalink anchors next to headings: Sphinx's "¶", MkDocs's "#", GitHub's and Docusaurus's hash links.
 _PERMALINK_CLASS = re.compile(r"^(?:headerlink|anchor(?:link|js-link)?|hash-link|permalink|header-anchor)$", re.I)
-_PERMALINK_TEXT = frozenset({"¶", "#", "§", "🔗", "⚓"})
+_PERMALINK_TEXT = frozenset({"¶", "#", "🔗", "⚓"})  # not "§": "see § 5" links are text
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +53,20 @@ def to_markdown(html: str) -> str:
 
 
 def convert(html: str) -> Page:
-    """The page's main content as Markdown, and its title (`<title>`, else its first `<h1>`)."""
+    """The page's main content as Markdown, and its title (`<title>`, else its first `<h1>`). A page that is
+    nothing but what looks like chrome is converted whole rather than emptied."""
+    page = _convert(html, drop_chrome=True)
+    return page if page.markdown.strip() else _convert(html, drop_chrome=False)
+
+
+def _convert(html: str, drop_chrome: bool) -> Page:
     soup = BeautifulSoup(html, "html.parser")
     title = _title(soup)
     for tag in soup(["head", "script", "style", "noscript", "template", "svg"]):
         tag.decompose()
-    body = _main(soup)
-    _drop_chrome(body)
+    body = _main(soup) if drop_chrome else soup.body or soup
+    if drop_chrome:
+        _drop_chrome(body)
     _limit_depth(soup, body)
     text = MarkdownConverter(heading_style="ATX", bullets="-", escape_misc=False).convert_soup(body)
     # No-break spaces become plain ones: people search with spaces (and embedders see them differently).
@@ -92,13 +100,25 @@ def _drop_chrome(root: Tag) -> None:
         if tag.name in _CHROME_TAGS
         or _CHROME_ROLES.match(str(tag.get("role") or ""))
         or any(_CHROME_CLASS.match(c) for c in tag.get("class") or ())
+        or (tag.name != "table" and any(_TOC_CLASS.match(c) for c in tag.get("class") or ()))
         or _permalink(tag)
     ]
     for tag in doomed:
-        if tag.name in ("header", "footer") and tag.find(re.compile(r"^h[1-6]$")) and tag.find_parent("article"):
-            continue  # an article's own header holds its heading
+        if tag.name in ("header", "footer") and tag.find(_HEADING):
+            continue  # a section's or chapter's own header holds its heading
+        if tag.name == "aside" and _note(tag):
+            continue  # footnotes, admonitions
         if not tag.decomposed:
             tag.decompose()
+
+
+_HEADING = re.compile(r"^h[1-6]$")
+_NOTE = re.compile(r"footnote|endnote|note|admonition|warning|tip|caution|important|rearnote", re.I)
+
+
+def _note(tag: Tag) -> bool:
+    marks = [str(tag.get("epub:type") or ""), str(tag.get("role") or ""), *(tag.get("class") or ())]
+    return any(_NOTE.search(m) for m in marks)
 
 
 def _permalink(tag: Tag) -> bool:

@@ -9,13 +9,14 @@ pipe tables, its speaker notes a paragraph. Titles come from the core properties
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
-from connector.convert import markdown
-from connector.errors import ConversionError
+from connector.convert import markdown, sniff
+from connector.errors import ConversionError, DocumentError
 from connector.models import Document
 
 _HEADING_STYLE = re.compile(r"^heading\s*([1-9])$", re.IGNORECASE)
@@ -64,9 +65,31 @@ def _open_error(what: str, exc: Exception) -> ConversionError:
     return ConversionError(f"cannot open {what}: {type(exc).__name__}: {exc}")
 
 
+def _guarded(what: str):
+    """A converter whose library may raise anything on a malformed file (KeyError, ValueError, XML errors,
+    NotImplementedError, zlib.error): the document is to blame, so it fails as a `ConversionError`. The archive is
+    checked for a zip bomb first."""
+
+    def wrap(convert: Callable[[bytes], Document]) -> Callable[[bytes], Document]:
+        @functools.wraps(convert)
+        def guarded(data: bytes) -> Document:
+            sniff.check_archive(data, what)
+            try:
+                return convert(data)
+            except (DocumentError, RecursionError, MemoryError):
+                raise
+            except Exception as exc:
+                raise ConversionError(f"cannot read {what}: {type(exc).__name__}: {exc}") from exc
+
+        return guarded
+
+    return wrap
+
+
 # --- DOCX ---------------------------------------------------------------------------------------------------------
 
 
+@_guarded("DOCX")
 def docx(data: bytes) -> Document:
     import docx as python_docx
     from docx.table import Table
@@ -76,23 +99,29 @@ def docx(data: bytes) -> Document:
         doc = python_docx.Document(io.BytesIO(data))
     except Exception as exc:  # python-docx raises KeyError, ValueError, BadZipFile, PackageNotFoundError, ...
         raise _open_error("DOCX", exc) from exc
+    # `paragraph.style` looks the style up among all of them on every call (50k paragraphs: minutes): once per id.
+    styles = {s.style_id: s for s in doc.styles}
+    default = next((s for s in doc.styles if s.type == 1 and s._element.default), None)  # WD_STYLE_TYPE.PARAGRAPH
+    kinds: dict[str | None, tuple[int | None, str]] = {}
     parts: list[tuple[str, str]] = []
     for item in doc.iter_inner_content():
         if isinstance(item, Paragraph):
-            parts.append(_docx_paragraph(item))
+            style_id = item._p.style
+            if style_id not in kinds:
+                style = styles.get(style_id, default) if style_id else default
+                kinds[style_id] = (_docx_heading_level(style), ((style.name if style is not None else "") or ""))
+            parts.append(_docx_paragraph(item, *kinds[style_id]))
         elif isinstance(item, Table):
             parts.append(("table", pipe_table(_docx_rows(item))))
     return _document(_join(parts), doc.core_properties.title, "DOCX document")
 
 
-def _docx_paragraph(p) -> tuple[str, str]:
+def _docx_paragraph(p, level: int | None, style: str) -> tuple[str, str]:
     text = " ".join(p.text.split())
     if not text:
         return "paragraph", ""
-    level = _docx_heading_level(p.style)
     if level is not None:
         return "heading", "#" * level + " " + text
-    style = (p.style.name if p.style is not None else "") or ""
     numbered = p._p.pPr is not None and p._p.pPr.numPr is not None
     if numbered or style.lower().startswith("list"):
         marker = "1." if "number" in style.lower() else "-"
@@ -126,6 +155,7 @@ def _docx_rows(table) -> list[list[str]]:
 # --- PPTX ---------------------------------------------------------------------------------------------------------
 
 
+@_guarded("PPTX")
 def pptx(data: bytes) -> Document:
     from pptx import Presentation
 
@@ -185,6 +215,7 @@ _ODF = {
 }
 
 
+@_guarded("ODT")
 def odt(data: bytes) -> Document:
     from lxml import etree
 
@@ -222,7 +253,9 @@ def _odt_parts(el, depth: int = 0) -> Iterator[tuple[str, str]]:
                 if any(texts):
                     yield "item", "  " * min(depth, 4) + "- " + " ".join(x for x in texts if x)
         elif child.tag == tb + "table":
-            rows = [[_odt_text(c) for c in r.iter(tb + "table-cell")] for r in child.iter(tb + "table-row")]
-            yield "table", pipe_table(rows)
+            # direct rows and cells only (rows may sit in header-rows/row-groups): an inner table stays in its cell
+            rows = child.xpath("./table:table-row | ./*/table:table-row", namespaces=_ODF)
+            yield "table", pipe_table([[_odt_text(c) for c in r.xpath("./table:table-cell", namespaces=_ODF)]
+                                       for r in rows])  # fmt: skip
         elif child.tag in (t + "section", t + "soft-page-break") or child.tag.endswith("}index-body"):
             yield from _odt_parts(child, depth)

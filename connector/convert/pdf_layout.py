@@ -17,6 +17,7 @@ On a page that is mostly navigation, its short left-overs ("Contents", the index
 
 from __future__ import annotations
 
+import bisect
 import re
 
 from connector.convert.pdf_tables import MONO_FONT, MONOSPACED, block_of, lines_of, visual_rows
@@ -33,6 +34,9 @@ INSIDE_SHARE = 0.7  # a block is split into columns only when this share of its 
 SIMILAR_WIDTH = 0.5  # the columns of a page layout are of about the same width
 MIN_COLUMN_LINES = 5
 MIN_COLUMN_WIDTH = 0.2  # share of the text's width: at most five columns
+PAIR_POINTS = 2.0
+MIN_PAIRS = 3
+PAIRED_SHARE = 0.5
 
 # dots then page numbers ("Title . . . . 29", "term . . . 13, 15"), or a run of spaced dots whose number is set apart
 # (a math ellipsis ". . ." has three)
@@ -45,7 +49,7 @@ _ENTRY = re.compile(rf"^(?P<term>.*[^\W\d_].*?)[,\s]\s*(?P<pages>{_PAGES}(?:\s*,
 _DATA_ROW = re.compile(r"\d[\d.,%]*\s+\d{1,4}\s*$|[:=]\s*\d{1,4}\s*$")
 _INDEX_COMMA = re.compile(r",\s*\d{1,4}\s*$")
 _BARE = re.compile(rf"^\s*{_PAGES}\s*$", re.IGNORECASE)
-NAV_LEADER_SHARE = 0.5
+NAV_LEADER_SHARE = 0.3
 NAV_ENTRY_SHARE = 0.7
 NAV_MIN_ROWS = 4
 NAV_ORDERED_SHARE = 0.7  # share of neighbouring entries in order (page numbers, or terms A to Z)
@@ -98,20 +102,35 @@ def reading_order(blocks: list[dict], width: float, height: float) -> list[dict]
         column_text < MIN_COLUMNS_TEXT * text
         or min(per_column) < MIN_COLUMN_TEXT * column_text
         or min(lines) < MIN_COLUMN_LINES
+        or _paired([b for b, wide in pieces if not wide], column)
     ):
         return blocks
     separators = sorted((b for b, wide in pieces if wide), key=lambda b: _bbox(b)[1])
+    tops = [_bbox(w)[1] for w in separators]
     bands: list[list[dict]] = [[] for _ in range(len(separators) + 1)]
     for b, wide in pieces:
         if not wide:
-            top = _bbox(b)[1]
-            bands[sum(1 for w in separators if _bbox(w)[1] <= top)].append(b)
+            bands[bisect.bisect_right(tops, _bbox(b)[1])].append(b)
     out: list[dict] = []
     for i, band in enumerate(bands):
         out += sorted(band, key=lambda b: (column(_bbox(b)), _bbox(b)[1], _bbox(b)[0]))
         if i < len(separators):
             out.append(separators[i])
     return out
+
+
+def _paired(blocks: list[dict], column) -> bool:
+    """Blocks side by side row by row (a table whose cells PyMuPDF gave blocks of their own): most blocks of the
+    smaller column start level with a block of another column. Columns of text start level now and then."""
+    by_column: dict[int, list[float]] = {}
+    for b in blocks:
+        by_column.setdefault(column(_bbox(b)), []).append(_bbox(b)[1])
+    if len(by_column) < 2:
+        return False
+    smallest = min(by_column, key=lambda c: len(by_column[c]))
+    others = [top for c, tops in by_column.items() if c != smallest for top in tops]
+    level = sum(any(abs(top - other) <= PAIR_POINTS for other in others) for top in by_column[smallest])
+    return level >= MIN_PAIRS and level >= PAIRED_SHARE * len(by_column[smallest])
 
 
 def _split(block: dict, crosses, column, columns) -> list[tuple[dict, bool]]:
@@ -221,11 +240,20 @@ def drop_navigation(blocks: list[dict]) -> list[dict]:
     nav = [is_navigation(b) for b in blocks]
     if not any(nav):
         return blocks
-    kept = [b for b, n in zip(blocks, nav, strict=True) if not n]
     total = sum(_chars(b) for b in blocks)
-    if sum(_chars(b) for b, n in zip(blocks, nav, strict=True) if n) >= NAV_PAGE_SHARE * total:
-        kept = [b for b in kept if not _leftover(_rows(b))]
-    return kept
+    if sum(_chars(b) for b, n in zip(blocks, nav, strict=True) if n) < NAV_PAGE_SHARE * total:
+        return [b for b, n in zip(blocks, nav, strict=True) if not n]
+    # In reading order: what comes before the list is content (a title page above a contents list), but for the
+    # list's own heading right before it ("Contents"); what comes after its start is the list's (letters, entries).
+    first = nav.index(True)
+    drop = list(nav)
+    i = first - 1
+    while i >= 0 and _leftover(_rows(blocks[i])):
+        drop[i] = True
+        i -= 1
+    for j in range(first + 1, len(blocks)):
+        drop[j] = drop[j] or _leftover(_rows(blocks[j]))
+    return [b for b, d in zip(blocks, drop, strict=True) if not d]
 
 
 def _leftover(rows: list[str]) -> bool:

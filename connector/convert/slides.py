@@ -30,7 +30,6 @@ TITLE_MAX_CHARS = 120
 OVERLAY_CHANGE = 0.2  # share of a step's text that the next step of the same frame may replace
 
 _SPACE = re.compile(r"\s+")
-_DIGITS = re.compile(r"\d+")
 
 
 def is_deck(pages: list[list[Para]]) -> bool:
@@ -43,22 +42,23 @@ def is_deck(pages: list[list[Para]]) -> bool:
 
 
 def _key(text: str) -> str:
-    # digits out: a step's frame counter or page number ("3 / 31") differs from the next step's
-    return _SPACE.sub(" ", _DIGITS.sub("#", text)).strip().lower()
+    return _SPACE.sub(" ", text).strip().lower()
 
 
 def collapse_overlays(pages: list[list[Para]]) -> list[list[Para]]:
-    """Empty every page whose paragraphs all reappear, in the same text, on the next page; or, when the next page
-    has the same frame title, all but `OVERLAY_CHANGE` of its text (an `\\only` that swaps a caption)."""
+    """Empty every page that the next page repeats and extends: each of its paragraphs reappears there whole (an
+    item list that grows), or, when the next page has the same frame title, all but `OVERLAY_CHANGE` of its text
+    (an `\\only` that swaps a caption). Numbers count: pages that differ in them ("Site 1", "Site 2") differ."""
     out = [list(ps) for ps in pages]
     for i in range(len(pages) - 1):
         here, following = pages[i], pages[i + 1]
         if not here or not following:
             continue
-        later = " \n ".join(_key(p.text) for p in following)
+        later = {_key(p.text) for p in following}
+        size, next_size = sum(len(p.text) for p in here), sum(len(p.text) for p in following)
         missing = sum(len(p.text) for p in here if _key(p.text) not in later)
         same_frame = _title(here) is not None and _title(here) == _title(following)
-        if missing == 0 or (same_frame and missing <= OVERLAY_CHANGE * sum(len(p.text) for p in here)):
+        if next_size >= size and (missing == 0 or (same_frame and missing <= OVERLAY_CHANGE * size)):
             out[i] = []
     return out
 

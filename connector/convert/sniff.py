@@ -82,11 +82,33 @@ def container(data: bytes) -> str | None:
                 if part in names and "[Content_Types].xml" in names:
                     return mime
             if "mimetype" in names:
-                declared = z.read("mimetype")[:100].decode("ascii", "replace").strip()
+                with z.open("mimetype") as entry:  # 100 bytes at most, whatever the entry claims to expand to
+                    declared = entry.read(100).decode("ascii", "replace").strip()
                 return declared if declared in _ZIP_MIMETYPES else None
-    except (zipfile.BadZipFile, OSError, EOFError):
+    except Exception:  # a damaged, encrypted or exotic archive (RuntimeError, NotImplementedError, zlib.error)
         return None
     return None
+
+
+MAX_UNZIPPED_BYTES = 512 * 1024 * 1024
+MAX_UNZIP_RATIO = 200  # real office files and e-books expand 3-20 times; a zip bomb, thousands
+
+
+def check_archive(data: bytes, what: str) -> None:
+    """Refuse a ZIP package (DOCX, PPTX, ODT, EPUB) whose parts claim to expand beyond what any document does,
+    before a library inflates it into memory."""
+    import io
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            total = sum(info.file_size for info in z.infolist())
+    except Exception as exc:
+        raise ConversionError(f"cannot open {what}: not a readable ZIP package ({type(exc).__name__})") from exc
+    if total > MAX_UNZIPPED_BYTES or total > MAX_UNZIP_RATIO * max(len(data), 64 * 1024):
+        raise ConversionError(
+            f"{what} expands to {total / 2**20:.0f} MiB from {len(data) / 2**20:.1f} MiB: refused as a zip bomb"
+        )
 
 
 def magic(data: bytes) -> str | None:

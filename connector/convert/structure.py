@@ -35,10 +35,10 @@ def units(text: str, blocks: Sequence[Block], encoding: str) -> tuple[Block, ...
         return ()
     sizes = tokens.count_many([text[b.start : b.end] for b in blocks], encoding)
     groups: list[list[int]] = [[0]]
+    group_tokens = sizes[0]  # of the last group, kept as it grows: summing it again each time is quadratic
     for i in range(1, len(blocks)):
         prev, cur = blocks[i - 1], blocks[i]
         group = groups[-1]
-        group_tokens = sum(sizes[j] for j in group)
         bound = (
             prev.kind == "heading"
             or cur.kind == "footnote"
@@ -54,8 +54,10 @@ def units(text: str, blocks: Sequence[Block], encoding: str) -> tuple[Block, ...
         )
         if bound:
             group.append(i)
+            group_tokens += sizes[i]
         else:
             groups.append([i])
+            group_tokens = sizes[i]
     return tuple(
         Block(blocks[g[0]].start, blocks[g[-1]].end, blocks[g[-1]].kind if len(g) > 1 else blocks[g[0]].kind,
               blocks[g[0]].section_path, blocks[g[0]].page)

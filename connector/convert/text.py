@@ -6,6 +6,7 @@ add their own heading lines (`== Title`, `** Title`, `\\section{Title}`)."""
 
 from __future__ import annotations
 
+import bisect
 import re
 
 from connector.convert.structure import tile
@@ -36,16 +37,40 @@ _TITLES = {
 _ADOC_ATTRIBUTE = re.compile(r"^:(?P<name>[\w-]+):[ \t]*(?P<value>.*?)[ \t]*$", re.MULTILINE)
 
 
+# Literal blocks, where a heading-like line is code: AsciiDoc's ----/..../++++//// and ``` delimiters, Org's
+# #+BEGIN_x ... #+END_x, LaTeX's verbatim-like environments.
+_VERBATIM = {
+    "asciidoc": re.compile(r"^(?P<fence>-{4,}|\.{4,}|\+{4,}|/{4,}|```)[ \t]*$.*?^(?P=fence)[ \t]*$", re.M | re.S),
+    "org": re.compile(r"^[ \t]*#\+BEGIN_(?P<kind>\w+).*?^[ \t]*#\+END_(?P=kind)\b", re.M | re.S | re.I),
+    "tex": re.compile(r"\\begin\{(?P<env>verbatim\*?|Verbatim|lstlisting|minted|comment)\}.*?\\end\{(?P=env)\}", re.S),
+}
+
+
+class _Literal:
+    """Offsets inside a dialect's literal blocks."""
+
+    def __init__(self, text: str, dialect: str | None):
+        pattern = _VERBATIM.get(dialect or "")
+        spans = [(m.start(), m.end()) for m in pattern.finditer(text)] if pattern else []
+        self.starts, self.ends = [a for a, _ in spans], [b for _, b in spans]
+
+    def __contains__(self, offset: int) -> bool:
+        i = bisect.bisect_right(self.starts, offset) - 1
+        return i >= 0 and offset < self.ends[i]
+
+
 def blocks(text: str, dialect: str | None = None) -> tuple[Block, ...]:
     """Blocks of plain text, or of a markup read as text: `dialect` "asciidoc", "org" or "tex" adds its
-    headings (a heading line starts a block of its own; the lines after it are the next block)."""
+    headings (a heading line starts a block of its own; the lines after it are the next block), except inside its
+    literal blocks."""
     pattern = _DIALECT_HEADINGS.get(dialect or "")
+    literal = _Literal(text, dialect)
     spans: list[tuple[int, int, str]] = []
     titles: dict[int, tuple[str, str]] = {}
-    for m in _paragraphs(text, pattern):
+    for m in _paragraphs(text, pattern, literal):
         para = m.group(0)
         lines = para.splitlines()
-        found = pattern.match(lines[0]) if pattern else None
+        found = pattern.match(lines[0]) if pattern and m.start() not in literal else None
         if found is not None:
             head_end = m.start() + len(lines[0])
             titles[m.start()] = (_dialect_style(found), " ".join(_group(found, "title", "frame").split()))
@@ -82,7 +107,7 @@ def blocks(text: str, dialect: str | None = None) -> tuple[Block, ...]:
     return tuple(out)
 
 
-def _paragraphs(text: str, heading: re.Pattern | None) -> list[re.Match]:
+def _paragraphs(text: str, heading: re.Pattern | None, literal: _Literal) -> list[re.Match]:
     """Runs of non-blank lines; with a dialect, a heading line also starts a run (Org and LaTeX put headings right
     under the text before them)."""
     out: list[re.Match] = []
@@ -93,7 +118,7 @@ def _paragraphs(text: str, heading: re.Pattern | None) -> list[re.Match]:
         start = m.start()
         for line in re.finditer(r"[^\n]+", m.group(0)):
             at = m.start() + line.start()
-            if at > start and heading.match(line.group(0)):
+            if at > start and heading.match(line.group(0)) and at not in literal:
                 out.append(_PARAGRAPH.match(text, start, at - 1) or _PARAGRAPH.search(text, start, at))
                 start = at
         out.append(_PARAGRAPH.match(text, start, m.end()))
