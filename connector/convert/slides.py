@@ -58,7 +58,9 @@ def collapse_overlays(pages: list[list[Para]]) -> list[list[Para]]:
         size, next_size = sum(len(p.text) for p in here), sum(len(p.text) for p in following)
         missing = sum(len(p.text) for p in here if _key(p.text) not in later)
         same_frame = _title(here) is not None and _title(here) == _title(following)
-        if next_size >= size and (missing == 0 or (same_frame and missing <= OVERLAY_CHANGE * size)):
+        grows = next_size >= size and missing == 0
+        swaps = same_frame and missing <= OVERLAY_CHANGE * size and next_size >= (1 - OVERLAY_CHANGE) * size
+        if grows or swaps:
             out[i] = []
     return out
 
