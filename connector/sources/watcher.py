@@ -169,7 +169,7 @@ class FolderWatcher:
 
     def moved(self, src: Path, dest: Path, is_directory: bool) -> None:
         old, new = folder_key(self.root, src), folder_key(self.root, dest)
-        # A rename to a name we would not queue (hidden, temporary, unsupported, elsewhere) is a delete.
+        # A rename to a name we would not queue (hidden, temporary, elsewhere) is a delete.
         queueable = new is not None and (is_directory or isinstance(inspect(self.root, dest), FileRef))
         with self._lock:
             self._pending.pop(src, None)
