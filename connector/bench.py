@@ -23,7 +23,17 @@ from connector.pipeline import Pipeline
 from connector.settings import Settings
 
 SINGLE = "recursive_1100"
-STAGES = ("convert", "candidates", "guards", "metric:rc", "metric:icc", "metric:dcc", "metric:bi", "metric:sc")
+STAGES = (
+    "convert",
+    "candidates",
+    "guards",
+    "metric:rc",
+    "metric:icc",
+    "metric:dcc",
+    "metric:bi",
+    "metric:sc",
+    "metric:rt",
+)
 STAGES += ("select", "embed", "write")
 
 
@@ -115,7 +125,7 @@ def _in_child(target, *args):
 
 
 def arms(settings: Settings, dsn: str, paths: list[Path]) -> list[Arm]:
-    single = settings.model_copy(update={"chunking": settings.chunking.model_copy(update={"strategies": (SINGLE,)})})
+    single = settings.model_copy(update={"chunking": settings.chunking.forced(SINGLE)})
     path_args = [str(p) for p in paths]
     return [
         # Settings objects travel pickled: secrets (the LLM key) stay intact, which JSON would mask.

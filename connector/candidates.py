@@ -55,11 +55,9 @@ def _one(document: Document, chunker: Chunker, settings: ChunkingSettings) -> tu
     t1 = t0
     params = dict(chunker.params)
     try:
-        if hasattr(chunker, "split_with_params"):  # strategies that record per-document details (llm_regex)
-            raw, notes = chunker.split_with_params(document)
-            params.update(notes)
-        else:
-            raw = chunker.split(document)
+        split = chunker.split(document)
+        raw = split.chunks
+        params.update(split.notes)
         t1 = time.perf_counter()
         # `guards=False` exists for baselines measured as the field runs them (e.g. LangChain's defaults).
         chunks = tuple(guards.apply(document.markdown, raw, settings) if settings.guards else raw)
@@ -69,7 +67,8 @@ def _one(document: Document, chunker: Chunker, settings: ChunkingSettings) -> tu
         log.exception("strategy %s failed", chunker.name)
         failed = Candidate(chunker.name, (), params, _ms(t0), error=f"{type(exc).__name__}: {exc}")
         return failed, _ms(t0), 0.0
-    return Candidate(chunker.name, chunks, params, _ms(t0)), (t1 - t0) * 1000, _ms(t1)
+    raw_sizes = tuple(c.token_count for c in raw)
+    return Candidate(chunker.name, chunks, params, _ms(t0), raw_token_counts=raw_sizes), (t1 - t0) * 1000, _ms(t1)
 
 
 def _ms(t0: float) -> float:

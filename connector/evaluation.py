@@ -30,11 +30,13 @@ from connector.ingest import Selection, ingest, select
 from connector.pipeline import Pipeline
 from connector.settings import Settings
 from connector.sources.folder import FileRef
+from connector.strategies import StrategyConfig
 from connector.worker import Worker
 
 log = logging.getLogger(__name__)
 
 BASELINE = "langchain_4000"
+BUDGET_ROWS = 200
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,10 @@ def retrieve(conn: psycopg.Connection, embedder: Embedder, records: list[qa.QARe
         judged = []
         with conn.cursor(row_factory=class_row(NearestChunk)) as cur:
             for record, vector in zip(records, vectors, strict=True):
-                rows = cur.execute(queries.NEAREST_CHUNKS, {"documents": ids, "query": vector, "k": k}).fetchall()
-                judged.append(qa.judge(record, [(doc_name(r.source_key), r.text) for r in rows]))
+                # Enough rows for the character budget too: 20,000 characters of 100-token chunks is ~50 of them.
+                limit = max(k, BUDGET_ROWS)
+                rows = cur.execute(queries.NEAREST_CHUNKS, {"documents": ids, "query": vector, "k": limit}).fetchall()
+                judged.append(qa.judge(record, [(doc_name(r.source_key), r.text) for r in rows], k))
     return judged
 
 
@@ -173,7 +177,7 @@ def run_eval(
     dsn: str,
     records: list[qa.QARecord],
     k: int,
-    strategies: list[str],
+    strategies: list[str | StrategyConfig],
     docs: Path | None = None,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> tuple[list[RunResult], list[str]]:
@@ -190,9 +194,11 @@ def run_eval(
     wanted = [r for r in records if r.doc not in sources.missing]
 
     forced: list[RunResult] = []
-    for name in [*strategies, BASELINE]:
+    for strategy in [*strategies, BASELINE]:
+        # The baseline runs as the field runs it: LangChain's defaults, no guards.
+        chunking = settings.chunking.forced(strategy, guards=strategy != BASELINE)
+        name = chunking.strategies[0].name
         progress(f"forced {name}")
-        chunking = settings.chunking.model_copy(update={"strategies": (name,), "guards": name != BASELINE})
         run_settings = settings.model_copy(update={"chunking": chunking})
         with scratch_database(dsn, f"eval_{name}") as scratch:
             ids = _load_scratch(scratch, run_settings, embedder, sources)

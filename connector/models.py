@@ -88,6 +88,7 @@ class Candidate:
     params: dict = field(default_factory=dict, hash=False, compare=False)
     elapsed_ms: float = 0.0
     error: str | None = None  # set when the strategy raised: it is recorded but cannot win
+    raw_token_counts: tuple[int, ...] = ()  # the strategy's own chunk sizes, before the guards repaired them
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,7 @@ class Scored:
     elapsed_ms: float = 0.0  # scoring time of this candidate (its share of the document-wide work excluded)
     metric_ms: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
     rc_backend: str | None = None  # the coreference backend behind `metrics["rc"]`
+    shape: dict = field(default_factory=dict, hash=False, compare=False)  # sizes and cuts (`metrics.shape_of`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LENIENT_SHARE = 0.7
+BUDGET_CHARS = 20_000
+"""Budgeted recall reads ranked chunks until this many characters: a fixed amount of context, whatever the chunk
+size (k chunks of 4000 characters are five times the reading of k chunks of 800)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,24 +95,38 @@ def is_lenient_hit(evidence: str, chunk_text: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Judged:
-    """One question's outcome: the 1-based rank of the first (lenient) hit among the retrieved chunks, or None."""
+    """One question's outcome: the 1-based rank of the first (lenient) hit among the top k retrieved chunks, or None;
+    and whether a hit lies within the first BUDGET_CHARS characters of the ranking."""
 
     record: QARecord
     rank: int | None
     lenient_rank: int | None
+    in_budget: bool = False
 
 
-def judge(record: QARecord, retrieved: Sequence[tuple[str, str]]) -> Judged:
-    """`retrieved` holds (document file name, chunk text) in rank order; only chunks of the record's document count."""
+def judge(record: QARecord, retrieved: Sequence[tuple[str, str]], k: int | None = None) -> Judged:
+    """`retrieved` holds (document file name, chunk text) in rank order; only chunks of the record's document count.
+    Ranks count among the first `k` (all when None); the budget reads chunks in order while they fit in
+    BUDGET_CHARS (the first chunk always)."""
     rank = lenient = None
+    in_budget = False
+    used = 0
     for i, (doc, text) in enumerate(retrieved, start=1):
+        used += len(text)
+        within = used <= BUDGET_CHARS or i == 1
+        hit = doc == record.doc and is_hit(record.evidence, text)
+        in_budget = in_budget or (hit and within)
+        if k is not None and i > k:
+            if not within:
+                break
+            continue
         if doc != record.doc:
             continue
-        if rank is None and is_hit(record.evidence, text):
+        if rank is None and hit:
             rank = i
         if lenient is None and is_lenient_hit(record.evidence, text):
             lenient = i
-    return Judged(record, rank, lenient)
+    return Judged(record, rank, lenient, in_budget)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +135,7 @@ class Scores:
     recall: float  # share of questions with a hit in the top k
     mrr: float  # mean of 1/rank of the first hit (0 without one)
     lenient_recall: float
+    budget_recall: float = 0.0  # share of questions with a hit within the first BUDGET_CHARS characters
 
 
 def summarise(judged: Iterable[Judged]) -> dict[str, Scores]:
@@ -132,6 +150,7 @@ def summarise(judged: Iterable[Judged]) -> dict[str, Scores]:
             recall=sum(j.rank is not None for j in js) / len(js),
             mrr=sum(1 / j.rank for j in js if j.rank) / len(js),
             lenient_recall=sum(j.lenient_rank is not None for j in js) / len(js),
+            budget_recall=sum(j.in_budget for j in js) / len(js),
         )
         for kind, js in groups.items()
     }

@@ -43,23 +43,27 @@ def eval_payload(k: int, questions: int, results) -> dict:
 
 
 def _scores(s: qa.Scores) -> dict:
-    return {"questions": s.questions, "recall": s.recall, "mrr": s.mrr, "lenient_recall": s.lenient_recall}
+    return {"questions": s.questions, "recall": s.recall, "mrr": s.mrr, "lenient_recall": s.lenient_recall,
+            "budget_recall": s.budget_recall}  # fmt: skip
 
 
 def eval_table(k: int, results) -> Table:
     """One row per run: the chunking alone (nearest chunk vectors), then through `connector.search()`."""
     kinds = sorted({kind for r in results for kind in r.scores} - {"all"})
     table = Table(
-        "run", "docs", "chunks", "tokens", f"recall@{k}", "MRR", f"lenient@{k}", *(f"{kind}@{k}" for kind in kinds),
+        "run", "docs", "chunks", "tokens", f"recall@{k}", "MRR", f"lenient@{k}", f"@{qa.BUDGET_CHARS // 1000}k chars",
+        *(f"{kind}@{k}" for kind in kinds),
         f"search vector@{k}", "MRR", f"search hybrid@{k}", "MRR",
         title=f"{results[0].scores['all'].questions} questions; lenient = {qa.LENIENT_SHARE:.0%} of the evidence; "
+        f"@{qa.BUDGET_CHARS // 1000}k chars = a hit within the first {qa.BUDGET_CHARS:,} characters retrieved; "
         "recall and MRR of the chunks nearest by vector, then of connector.search()",
     )  # fmt: skip
     for r in results:
         s = r.scores["all"]
         table.add_row(
             r.name, str(r.documents), str(r.chunks), f"{r.mean_tokens:.0f}", f"{s.recall:.3f}", f"{s.mrr:.3f}",
-            f"{s.lenient_recall:.3f}", *(f"{r.scores[kind].recall:.3f}" if kind in r.scores else "-" for kind in kinds),
+            f"{s.lenient_recall:.3f}", f"{s.budget_recall:.3f}",
+            *(f"{r.scores[kind].recall:.3f}" if kind in r.scores else "-" for kind in kinds),
             *(cell for mode in ("vector", "hybrid") for cell in _recall_mrr(r.search.get(mode, {}).get("all"))),
         )  # fmt: skip
     return table
@@ -178,20 +182,82 @@ def conversion_print(rows: list[dict], summary: dict) -> None:
     )
 
 
-def explain_payload(doc: FoundDocument, rows: list[StoredCandidate]) -> dict:
-    return {"document": asdict(doc), "candidates": [_candidate_json(c) for c in rows]}
+def explain_payload(doc: FoundDocument, rows: list[StoredCandidate], weights: dict[str, float]) -> dict:
+    return {"document": asdict(doc), "why": why(rows, weights), "candidates": [_candidate_json(c) for c in rows]}
 
 
 def _candidate_json(c: StoredCandidate) -> dict:
     return {"strategy": c.strategy, "chunks": c.chunk_count, "rc": c.rc, "icc": c.icc, "dcc": c.dcc, "bi": c.bi,
-            "sc": c.sc, "score": c.score, "ms": c.elapsed_ms, "chosen": c.chosen, "error": c.error, "params": c.params,
-            "rc_backend": c.rc_backend, "metric_ms": c.metric_ms}  # fmt: skip
+            "sc": c.sc, "rt": c.rt, "score": c.score, "ms": c.elapsed_ms, "chosen": c.chosen, "error": c.error,
+            "params": c.params, "rc_backend": c.rc_backend, "metric_ms": c.metric_ms, "shape": c.shape}  # fmt: skip
+
+
+METRIC_NAMES = {"rc": "RC", "icc": "ICC", "dcc": "DCC", "bi": "BI", "sc": "SC", "rt": "RT"}
+
+
+def contributions(c: StoredCandidate, weights: dict[str, float]) -> dict[str, float]:
+    """Each metric's share of the candidate's score: weight × value, the weights renormalised over the metrics
+    defined for it (as selection computes the score). They sum to the score."""
+    values = {m: getattr(c, m) for m in METRIC_NAMES}
+    defined = {m: v for m, v in values.items() if v is not None and weights.get(m, 0) > 0}
+    total = sum(weights[m] for m in defined)
+    return {m: weights[m] * v / total for m, v in defined.items()} if total else {}
+
+
+def why(rows: list[StoredCandidate], weights: dict[str, float]) -> list[str]:
+    """In words: why the winner won against the runner-up, by which metrics and how much, and what choosing the
+    runner-up would have changed in the stored chunks."""
+    ranked = [c for c in rows if c.score is not None and c.chunk_count > 0]
+    winner = next((c for c in ranked if c.chosen), None)
+    if winner is None:
+        return ["no candidate was chosen (the document is not done)"]
+    others = sorted((c for c in ranked if c is not winner), key=lambda c: -(c.score or 0))
+    if not others:
+        return [f"{winner.strategy} won unopposed: it was the only candidate with chunks"]
+    runner = others[0]
+    lines = [f"{winner.strategy} won with {winner.score:.3f}, ahead of {runner.strategy} ({runner.score:.3f}) by "
+             f"{winner.score - runner.score:.3f}" + (" (a tie, broken by the configured order)"
+                                                    if winner.score == runner.score else "") + "."]  # fmt: skip
+    mine, theirs = contributions(winner, weights), contributions(runner, weights)
+    recomputed = sum(mine.values()) - sum(theirs.values())
+    if abs(recomputed - (winner.score - runner.score)) > 1e-6:
+        lines.append("(the weights have changed since this document was scored; shares below use today's)")
+    deltas = {m: mine.get(m, 0.0) - theirs.get(m, 0.0) for m in METRIC_NAMES if m in mine or m in theirs}
+
+    def said(m: str) -> str:
+        a, b = getattr(winner, m), getattr(runner, m)
+        values = f"{'-' if a is None else f'{a:.3f}'} vs {'-' if b is None else f'{b:.3f}'}"
+        return f"{METRIC_NAMES[m]} {deltas[m]:+.3f} ({values})"
+
+    pro = [m for m in sorted(deltas, key=lambda m: -deltas[m]) if deltas[m] > 0.0005]
+    con = [m for m in sorted(deltas, key=lambda m: deltas[m]) if deltas[m] < -0.0005]
+    if pro:
+        lines.append("Decided by " + ", ".join(said(m) for m in pro) + ".")
+    if con:
+        lines.append(f"In {runner.strategy}'s favour: " + ", ".join(said(m) for m in con) + ".")
+    if not pro and not con:
+        lines.append("No metric separates them by more than 0.0005.")
+    lines.append(f"Choosing {runner.strategy} instead would change: " + _shape_change(winner, runner) + ".")
+    return lines
+
+
+def _shape_change(winner: StoredCandidate, runner: StoredCandidate) -> str:
+    a, b = winner.shape or {}, runner.shape or {}
+    parts = [f"{runner.chunk_count} chunks instead of {winner.chunk_count}"]
+    if a and b:
+        parts.append(
+            f"{b['tokens_mean']:.0f} tokens a chunk on average instead of {a['tokens_mean']:.0f} "
+            f"({b['tokens_min']}–{b['tokens_max']} instead of {a['tokens_min']}–{a['tokens_max']})"
+        )
+        parts.append(f"{b['units_cut']} of {b['units']} protected blocks cut instead of {a['units_cut']}")
+        parts.append(f"{b['out_of_range']} chunks outside the size range instead of {a['out_of_range']}")  # fmt: skip
+    return ", ".join(parts)
 
 
 def explain_table(doc: FoundDocument, rows: list[StoredCandidate]) -> Table:
     error = doc.last_error
     title = f"document {doc.id} ({doc.source}: {doc.source_key}) — {doc.status}" + (f": {error}" if error else "")
-    table = Table("strategy", "chunks", "RC", "ICC", "DCC", "BI", "SC", "score", "ms", "chosen", "why not run",
+    table = Table("strategy", "chunks", "RC", "ICC", "DCC", "BI", "SC", "RT", "score", "ms", "chosen", "why not run",
                   title=title)  # fmt: skip
 
     def num(v) -> str:
@@ -202,7 +268,8 @@ def explain_table(doc: FoundDocument, rows: list[StoredCandidate]) -> Table:
         table.caption = f"RC by the {', '.join(sorted(backends))} coreference backend"
     for c in rows:
         table.add_row(c.strategy, str(c.chunk_count), num(c.rc), num(c.icc), num(c.dcc), num(c.bi), num(c.sc),
-                      num(c.score), f"{c.elapsed_ms:.0f}", "yes" if c.chosen else "", c.error or "")  # fmt: skip
+                      num(c.rt), num(c.score), f"{c.elapsed_ms:.0f}", "yes" if c.chosen else "",
+                      c.error or "")  # fmt: skip
     return table
 
 
@@ -216,10 +283,10 @@ def metrics_bench_print(results: list[dict]) -> None:
         out.print(f"encoder {r['encoder']}: loaded in {r['load_s']} s; all metrics of all candidates in "
                   f"{r['score_s']:.2f} s")  # fmt: skip
         out.print("  " + ", ".join(f"{k.removeprefix('metric:')} {v / 1000:.2f} s" for k, v in r["ms"].items()))
-        table = Table("strategy", "chunks", "RC", "ICC", "DCC", "BI", "SC", "score")
+        table = Table("strategy", "chunks", "RC", "ICC", "DCC", "BI", "SC", "RT", "score")
         for row in r["rows"]:
             table.add_row(row["strategy"], str(row["chunks"]),
-                          *(_num(row[k]) for k in ("rc", "icc", "dcc", "bi", "sc", "score")))  # fmt: skip
+                          *(_num(row[k]) for k in ("rc", "icc", "dcc", "bi", "sc", "rt", "score")))  # fmt: skip
         out.print(table)
 
 
@@ -233,7 +300,7 @@ def strategy_payload(rows: list[StrategyMeans]) -> list[dict]:
     total = adaptive["documents"] if adaptive else 0
     for r in out:
         r["win_share"] = r["wins"] / total if total and r["strategy"] != "adaptive" else None
-        for k in ("rc", "icc", "dcc", "bi", "sc", "score", "chunks"):
+        for k in ("rc", "icc", "dcc", "bi", "sc", "rt", "score", "chunks"):
             r[k] = None if r[k] is None else round(float(r[k]), 4)
     # adaptive last, then strategies by mean score
     return sorted(out, key=lambda r: (r["strategy"] == "adaptive", -(r["score"] or 0)))
@@ -241,11 +308,11 @@ def strategy_payload(rows: list[StrategyMeans]) -> list[dict]:
 
 def strategy_print(payload: list[dict]) -> None:
     caption = "means over the documents each strategy ran on; adaptive = the chosen candidate of each"
-    table = Table("strategy", "documents", "wins", "win %", "RC", "ICC", "DCC", "BI", "SC", "score", "chunks/doc",
-                  caption=caption)  # fmt: skip
+    table = Table("strategy", "documents", "wins", "win %", "RC", "ICC", "DCC", "BI", "SC", "RT", "score",
+                  "chunks/doc", caption=caption)  # fmt: skip
     for r in payload:
         share = "" if r["win_share"] is None else f"{100 * r['win_share']:.0f}"
-        values = (_num(r[k]) for k in ("rc", "icc", "dcc", "bi", "sc", "score"))
+        values = (_num(r[k]) for k in ("rc", "icc", "dcc", "bi", "sc", "rt", "score"))
         table.add_row(r["strategy"], str(r["documents"]), str(r["wins"]), share, *values, f"{r['chunks']:.0f}")
     console().print(table)
 
@@ -269,3 +336,63 @@ def search_table(question: str, results) -> Table:
         snippet = " ".join(text.split())[:200]
         table.add_row(str(i), f"{hit.score:.4f}", hit.source_key, " › ".join(hit.section_path), pages, snippet)
     return table
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 4)
+
+
+def tune_payload(result, written: str | None) -> dict:
+    return {
+        "documents": result.documents,
+        "metrics": list(result.metrics),
+        "weights": result.weights,
+        "gain_recall": round(result.gain, 4),
+        "gain_mrr": round(result.mrr_gain, 4),
+        "standard_error": None if result.spread == float("inf") else round(result.spread, 4),
+        "shown": result.shown,
+        "written": written,
+        "spearman_score_recall": {
+            name: {"pooled": _round(pooled), "within_documents": _round(within)}
+            for name, (pooled, within) in result.correlations.items()
+        },
+        "folds": [
+            {
+                "repeat": f.repeat,
+                "test_documents": list(f.test_docs),
+                "weights": f.weights,
+                "tuned": {"recall": f.tuned[0], "mrr": f.tuned[1]},
+                "equal": {"recall": f.equal[0], "mrr": f.equal[1]},
+            }
+            for f in result.folds
+        ],  # fmt: skip
+    }
+
+
+def tune_print(result, written: str | None) -> None:
+    out = console()
+    repeats = len({f.repeat for f in result.folds})
+    title = (f"cross-validation over {result.documents} documents: {len(result.folds) // max(repeats, 1)} folds, "
+             f"{repeats} shuffles")  # fmt: skip
+    table = Table("shuffle", "held-out docs", "recall tuned", "recall equal", "MRR tuned", "MRR equal",
+                  "weights fitted without them", title=title)  # fmt: skip
+    for f in result.folds:
+        weights = " ".join(f"{m}={w:g}" for m, w in f.weights.items() if w)
+        table.add_row(str(f.repeat + 1), str(len(f.test_docs)), f"{f.tuned[0]:.3f}", f"{f.equal[0]:.3f}",
+                      f"{f.tuned[1]:.3f}", f"{f.equal[1]:.3f}", weights)  # fmt: skip
+    out.print(table)
+    spread = "n/a" if result.spread == float("inf") else f"{result.spread:.3f}"
+    out.print(f"held-out gain over equal weights: recall {result.gain:+.3f} (standard error {spread} over "
+              f"documents), MRR {result.mrr_gain:+.3f}", highlight=False)  # fmt: skip
+    for name, (pooled, within) in result.correlations.items():
+        out.print(f"Spearman(score, recall) with {name} weights: {_num(pooled)} over all candidates, {_num(within)} "
+                  "within documents (mean)", highlight=False)  # fmt: skip
+    weights = ", ".join(f"{m}={w:g}" for m, w in result.weights.items())
+    if not result.shown:
+        out.print(f"[yellow]no gain shown[/yellow]: the weights fitted on all documents ({weights}) do not beat "
+                  "equal weights by two standard errors on held-out documents, so nothing was written. More "
+                  "questions, on more documents, narrow the error.")  # fmt: skip
+    elif written:
+        out.print(f"weights written to {written}: {weights}", highlight=False)
+    else:
+        out.print(f"gain shown; weights ({weights}) not written (--dry-run)", highlight=False)

@@ -6,16 +6,31 @@ applies with `Settings.model_copy(update=...)`. No other module reads the enviro
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, TypeAdapter, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from connector.strategies import StrategyConfig, preset
 
 # NOTE: the schema name is a constant, not a setting: migrations, triggers and NOTIFY channel all hang on it, and a
 # separate database is the supported way to keep two connectors apart.
 SCHEMA = "connector"
 NOTIFY_CHANNEL = "connector_documents"
+
+
+DEFAULT_STRATEGIES = (
+    "page", "recursive_1100", "recursive_600", "llm_regex", "sections", "sentence", "semantic", "token_window",
+)  # fmt: skip
+LEGACY_KNOBS = ("recursive_overlap_tokens", "sentences_per_chunk", "semantic_percentile", "semantic_encoder",
+                "window_tokens", "window_overlap")  # fmt: skip
+
+
+@cache
+def _adapter() -> TypeAdapter:
+    return TypeAdapter(StrategyConfig)
 
 
 class LLMSettings(BaseSettings):
@@ -37,9 +52,6 @@ class ChunkingSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CONNECTOR_CHUNK_", env_file=".env", extra="ignore")
 
-    strategies: tuple[str, ...] = (
-        "page", "recursive_1100", "recursive_600", "llm_regex", "sections", "sentence", "semantic", "token_window",
-    )  # fmt: skip
     max_tokens: int = Field(1100, description="Oversize guard: a chunk above this is re-split.")
     min_tokens: int = Field(100, description="Tiny guard: a chunk below this is merged into a neighbour.")
     merge_limit: int = Field(1150, description="Tiny guard: a merge may not produce a chunk above this.")
@@ -47,13 +59,20 @@ class ChunkingSettings(BaseSettings):
     table_max_tokens: int = Field(
         1000, description="Converted PDF/HTML tables above this are split by rows, each part repeating the header."
     )
-    recursive_overlap_tokens: int = Field(0, description="`recursive_*`: whole sentences carried over, up to this.")
-    sentences_per_chunk: int = Field(8, description="`sentence` strategy: sentences per chunk.")
-    semantic_percentile: float = Field(90.0, description="`semantic`: cut at gaps more distant than this percentile.")
-    semantic_encoder: str = Field("lexical", description="`semantic`: sentence encoder (lexical, minilm).")
-    window_tokens: int = Field(512, description="`token_window` strategy: window size.")
-    window_overlap: int = Field(50, description="`token_window` strategy: tokens shared by consecutive windows.")
+    # Flat knobs of earlier releases: they still set the parameters of the presets named by a string in
+    # `strategies` (declared before it, so its validator can read them).
+    recursive_overlap_tokens: int | None = Field(None, description="Deprecated: `recursive_<N>` presets' overlap.")
+    sentences_per_chunk: int | None = Field(None, description="Deprecated: the `sentence` preset's sentences.")
+    semantic_percentile: float | None = Field(None, description="Deprecated: the `semantic` preset's percentile.")
+    semantic_encoder: str | None = Field(None, description="Deprecated: the `semantic` preset's encoder.")
+    window_tokens: int | None = Field(None, description="Deprecated: the `token_window` preset's size.")
+    window_overlap: int | None = Field(None, description="Deprecated: the `token_window` preset's overlap.")
     llm: LLMSettings = Field(default_factory=LLMSettings)
+    strategies: tuple[StrategyConfig, ...] = Field(
+        DEFAULT_STRATEGIES,
+        validate_default=True,
+        description="The candidates, in tie-break order: preset names or objects with a `kind` (connector.strategies).",
+    )
     guards: bool = Field(True, description="Apply the guards; off only to measure baselines as others run them.")
     keep_navigation: bool = Field(
         False, description="Keep tables of contents, lists of figures and indexes of converted documents as text."
@@ -61,20 +80,54 @@ class ChunkingSettings(BaseSettings):
     ocr: bool = Field(True, description="Read image-only PDF pages with Tesseract OCR, when it is installed.")
     ocr_language: str = Field("eng", description="Tesseract language(s) for OCR, e.g. eng+deu (installed packs).")
 
+    @field_validator("strategies", mode="before")
+    @classmethod
+    def _presets(cls, value, info):
+        """Names become the presets' configs, parameterised by the legacy knobs when those are set."""
+        if isinstance(value, str):
+            value = [value]
+        legacy = {k: info.data.get(k) for k in LEGACY_KNOBS}
+        return tuple(preset(v, legacy) if isinstance(v, str) else v for v in value)
+
+    @field_validator("strategies")
+    @classmethod
+    def _unique_names(cls, value):
+        names = [s.name for s in value]
+        if not names:
+            raise ValueError("at least one strategy is needed")
+        if len(set(names)) != len(names):
+            raise ValueError(f"two strategies share a name: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        return value
+
+    @property
+    def strategy_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.strategies)
+
+    def forced(self, *strategies: str | StrategyConfig, guards: bool | None = None) -> ChunkingSettings:
+        """These settings with only these strategies (names resolved as presets), e.g. for a forced run."""
+        legacy = {k: getattr(self, k) for k in LEGACY_KNOBS}
+        configs = tuple(_adapter().validate_python(preset(s, legacy) if isinstance(s, str) else s) for s in strategies)
+        update: dict = {"strategies": configs}
+        if guards is not None:
+            update["guards"] = guards
+        return self.model_copy(update=update)
+
 
 class ScoringSettings(BaseSettings):
-    """Weights of the five metrics; renormalised over the metrics that are defined for a candidate."""
+    """Weights of the metrics; renormalised over the metrics that are defined for a candidate. `connector tune`
+    learns them from a QA set and writes them as CONNECTOR_WEIGHT_* lines into `.env`."""
 
     model_config = SettingsConfigDict(env_prefix="CONNECTOR_WEIGHT_", env_file=".env", extra="ignore")
 
-    rc: float = 0.2
-    icc: float = 0.2
-    dcc: float = 0.2
-    bi: float = 0.2
-    sc: float = 0.2
+    rc: float = Field(0.2, ge=0)
+    icc: float = Field(0.2, ge=0)
+    dcc: float = Field(0.2, ge=0)
+    bi: float = Field(0.2, ge=0)
+    sc: float = Field(0.2, ge=0)
+    rt: float = Field(0.2, ge=0, description="Retrievability (ours); 0 scores as the paper does.")
 
     def as_dict(self) -> dict[str, float]:
-        return {"rc": self.rc, "icc": self.icc, "dcc": self.dcc, "bi": self.bi, "sc": self.sc}
+        return {"rc": self.rc, "icc": self.icc, "dcc": self.dcc, "bi": self.bi, "sc": self.sc, "rt": self.rt}
 
 
 class MetricsSettings(BaseSettings):
@@ -92,6 +145,13 @@ class MetricsSettings(BaseSettings):
         None, description="Local Maverick checkpoint (coref=maverick; weights are CC BY-NC-SA: non-commercial)."
     )
     window_tokens: int = Field(3000, description="DCC window size in tokens.")
+    sc_before_guards: bool = Field(
+        True, description="SC over the strategy's own chunks, before the guards (after them every candidate complies)."
+    )
+    probes: int = Field(48, ge=1, description="RT: sentences sampled per document as pseudo-queries.")
+    rt_budget_chars: int = Field(
+        8000, gt=0, description="RT: a probe counts when its chunk is reached within this many characters of ranking."
+    )
 
 
 class SearchSettings(BaseSettings):

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from connector import candidates, guards, tokens
-from connector.chunkers import STRATEGIES, build
+from connector.chunkers import build
 from connector.chunkers.page import PageChunker
 from connector.chunkers.recursive import RecursiveChunker, split_span
 from connector.convert import convert, mime_for_path
@@ -17,6 +17,9 @@ from connector.models import Document
 from connector.settings import ChunkingSettings, LLMSettings
 from tests.conftest import FIXTURES
 from tests.llm_stub import ChatStub
+
+# Every kind of strategy, and the variants of the default pool that have their own code paths.
+STRATEGIES = (*ChunkingSettings().strategy_names, "langchain_4000", "sections_merged", "recursive_1100_overlap100")
 
 CHUNKING = ChunkingSettings()  # the configured defaults: encoding and thresholds come from settings only
 
@@ -61,7 +64,7 @@ def assert_contract(text: str, chunks, overlapping: bool = False) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(MARKDOWN, st.sampled_from([20, 60, 200]))
 def test_recursive_contract(text: str, size: int) -> None:
-    chunks = recursive(size).split(Document(text, ()))
+    chunks = recursive(size).split(Document(text, ())).chunks
     assert_contract(text, chunks)
     assert all(c.token_count <= size for c in chunks)
 
@@ -83,7 +86,7 @@ def test_every_strategy_keeps_the_contract_after_guards(strategy: str, text: str
     doc = convert(text.encode(), "text/markdown", cfg)
     (candidate,) = candidates.generate(doc, build(cfg), cfg, parallel=False)
     if candidate.error:
-        assert candidate.error == "skipped: document has no headings" and strategy == "sections"
+        assert candidate.error == "skipped: document has no headings" and strategy.startswith("sections")
         return
     assert_contract(doc.markdown, candidate.chunks, overlapping=candidate.params.get("overlapping", False))
     limit = cfg.merge_limit if strategy != "langchain_4000" else cfg.merge_limit * 10
@@ -96,7 +99,7 @@ def test_page_then_guards_contract(text: str, raw_starts: list[int]) -> None:
     starts = tuple(sorted({0, *(s % max(1, len(text)) for s in raw_starts)}))
     doc = Document(text, (), page_starts=starts)
     cfg = ChunkingSettings(max_tokens=80, min_tokens=15, merge_limit=90)
-    chunks = guards.apply(text, PageChunker(cfg.encoding).split(doc), cfg)
+    chunks = guards.apply(text, PageChunker(cfg.encoding).split(doc).chunks, cfg)
     assert_contract(text, chunks)
     assert all(c.token_count <= cfg.merge_limit for c in chunks)
     if len(chunks) > 1:
@@ -110,8 +113,8 @@ def test_page_then_guards_contract(text: str, raw_starts: list[int]) -> None:
 def test_recursive_overlap_carries_whole_sentences_within_budget() -> None:
     sentences = [f"Sentence number {i} talks about topic {i % 5} in a few words." for i in range(200)]
     text = " ".join(sentences)
-    plain = recursive(200).split(Document(text, ()))
-    overlapped = recursive(200, overlap_tokens=40).split(Document(text, ()))
+    plain = recursive(200).split(Document(text, ())).chunks
+    overlapped = recursive(200, overlap_tokens=40).split(Document(text, ())).chunks
     assert_contract(text, overlapped, overlapping=True)
     assert len(overlapped) > len(plain), "repeating text takes more chunks"
     for prev, chunk in zip(overlapped, overlapped[1:], strict=False):
@@ -131,7 +134,7 @@ def test_character_fallback_splits_text_without_separators() -> None:
 def test_heading_starts_a_new_chunk_and_stays_with_its_text() -> None:
     body = "word " * 150
     text = f"# One\n\n{body}\n\n# Two\n\n{body}"
-    chunks = recursive(200).split(Document(text, ()))
+    chunks = recursive(200).split(Document(text, ())).chunks
     assert [c.text.splitlines()[0] for c in chunks] == ["# One", "# Two"]
 
 
@@ -140,12 +143,12 @@ def test_every_strategy_on_real_documents(name: str) -> None:
     cfg = ChunkingSettings(strategies=tuple(s for s in STRATEGIES if s != "llm_regex"))  # llm_regex: own tests
     doc = convert((FIXTURES / name).read_bytes(), mime_for_path(name), CHUNKING)
     pool = candidates.generate(doc, build(cfg), cfg)
-    assert [c.strategy for c in pool] == list(cfg.strategies)
+    assert [c.strategy for c in pool] == list(cfg.strategy_names)
     for candidate in pool:
         if candidate.strategy == "page" and not doc.page_starts:
             assert candidate.error == "skipped: document has no pages" and candidate.chunks == ()
             continue
-        if candidate.strategy == "sections" and not any(b.kind == "heading" for b in doc.blocks):
+        if candidate.strategy.startswith("sections") and not any(b.kind == "heading" for b in doc.blocks):
             assert candidate.error == "skipped: document has no headings" and candidate.chunks == ()
             continue
         assert candidate.error is None
@@ -174,10 +177,14 @@ def test_a_failing_strategy_is_recorded_and_the_others_still_run() -> None:
 
 
 def test_unknown_strategy_is_a_configuration_error() -> None:
-    from connector.errors import FatalError
+    from pydantic import ValidationError
 
-    with pytest.raises(FatalError, match="unknown chunking strategy 'nope'"):
-        build(ChunkingSettings(strategies=("page", "nope")))
+    with pytest.raises(ValidationError, match="unknown chunking strategy 'nope'"):
+        ChunkingSettings(strategies=("page", "nope"))
+    with pytest.raises(ValidationError, match="two strategies share a name"):
+        ChunkingSettings(strategies=("recursive_600", {"kind": "recursive", "max_tokens": 600}))
+    with pytest.raises(ValidationError, match="overlap must be smaller than size"):
+        ChunkingSettings(strategies=({"kind": "token_window", "size": 50, "overlap": 50},))
 
 
 def test_parallel_generation_gives_the_serial_result() -> None:
@@ -203,7 +210,7 @@ def test_the_configured_encoding_reaches_every_strategy_and_the_pipeline(tmp_pat
         cfg = ChunkingSettings(strategies=names, encoding=encoding)
         doc = convert(raw, "text/markdown", cfg)
         for chunker in build(cfg):
-            chunks = chunker.split(doc) if chunker.name != "page" else []
+            chunks = chunker.split(doc).chunks if chunker.name != "page" else []
             assert all(c.token_count == tokens.count(c.text, encoding) for c in chunks), chunker.name
     cl100k = ChunkingSettings(strategies=("recursive_1100", "sections", "token_window"), encoding="cl100k_base")
     settings = Settings(embedder="fake", data_dir=tmp_path, chunking=cl100k)

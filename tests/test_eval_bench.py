@@ -51,7 +51,7 @@ def test_eval_with_docs_compares_every_run(tmp_path: Path, dsn: str, corpus: Pat
     report = json.loads(result.stdout)
     assert report["questions"] == len(records)
     runs = {r["name"]: r for r in report["runs"]}
-    forced = [s for s in ChunkingSettings().strategies if s != "llm_regex"]  # no endpoint configured here
+    forced = [s for s in ChunkingSettings().strategy_names if s != "llm_regex"]  # no endpoint configured here
     assert list(runs) == ["adaptive", *forced, "langchain_4000"]
     assert "llm_regex left out" in result.stderr
     assert runs["page"]["documents"] == 1, "page applies to the one PDF only"

@@ -12,7 +12,7 @@ from connector.metrics.blocks import block_integrity
 from connector.metrics.size import size_compliance
 from connector.models import Block, Candidate, Chunk, Scored
 from connector.select import choose
-from connector.settings import ChunkingSettings, ScoringSettings
+from connector.settings import ChunkingSettings, ScoringSettings, Settings
 
 CFG = ChunkingSettings()
 
@@ -86,10 +86,29 @@ def test_oversize_chunk_is_resplit() -> None:
 
 
 def test_size_compliance_counts_chunks_in_range() -> None:
-    sizes = [99, 100, 1100, 1101]
-    chunks = [Chunk(i, i + 1, "x", n) for i, n in enumerate(sizes)]
-    assert size_compliance(chunks) == 0.5
-    assert size_compliance([]) is None
+    assert size_compliance([99, 100, 1100, 1101], 100, 1100) == 0.5
+    assert size_compliance([], 100, 1100) is None
+
+
+def test_size_compliance_is_measured_before_the_guards_repair_the_sizes(tmp_path) -> None:
+    from connector import candidates, chunkers
+    from connector.convert import convert
+    from connector.metrics import DocumentMetrics, Resources
+
+    # 12 sentences of ~12 tokens: `sentence` with 2 a chunk makes 24-token chunks, all under min_tokens; the tiny
+    # guard merges them into compliant ones. SC says the strategy missed the range, not that the guards repaired it.
+    text = " ".join(f"Sentence {i} is about the weather and says little else of note." for i in range(12))
+    cfg = ChunkingSettings(strategies=[{"kind": "sentence", "sentences": 2}], min_tokens=50, max_tokens=200,
+                           merge_limit=210)  # fmt: skip
+    doc = convert(text.encode(), "text/plain", cfg)
+    (candidate,) = candidates.generate(doc, chunkers.build(cfg), cfg, parallel=False)
+    assert len(candidate.raw_token_counts) == 6 and all(n < 50 for n in candidate.raw_token_counts)
+    assert all(50 <= c.token_count <= 200 for c in candidate.chunks)
+    weights = {"rc": 0, "icc": 0, "dcc": 0, "rt": 0, "bi": 0}
+    raw = Settings(data_dir=tmp_path, chunking=cfg, weights=weights)
+    after = Settings(data_dir=tmp_path, chunking=cfg, weights=weights, metrics={"sc_before_guards": False})
+    assert DocumentMetrics(doc, raw, Resources(None, None)).score(candidate).metrics["sc"] == 0.0
+    assert DocumentMetrics(doc, after, Resources(None, None)).score(candidate).metrics["sc"] == 1.0
 
 
 def test_block_integrity_counts_each_cut_block_once_with_tolerance() -> None:

@@ -47,7 +47,7 @@ def test_ingest_folder(tmp_path: Path, dsn: str, corpus: Path) -> None:
     with psycopg.connect(dsn) as conn:
         docs = documents(conn)
         assert set(docs) == {"legal/apache-2.0.txt", "legal/lppl-1.3c.pdf", "dockerfile-reference.md"}
-        strategies = ChunkingSettings().strategies
+        strategies = ChunkingSettings().strategy_names
         assert all(status == "done" and strategy in strategies for status, strategy, *_ in docs.values())
         assert all(strategy != "page" for key, (_, strategy, *_) in docs.items() if not key.endswith(".pdf"))
         assert_consistent(conn)
@@ -272,19 +272,27 @@ def test_explain_shows_every_candidate_and_why_some_did_not_run(tmp_path: Path, 
     report = json.loads(result.stdout)
     assert report["document"]["source_key"] == "legal/apache-2.0.txt" and report["document"]["status"] == "done"
     candidates = {c["strategy"]: c for c in report["candidates"]}
-    assert set(candidates) == set(ChunkingSettings().strategies)
+    assert set(candidates) == set(ChunkingSettings().strategy_names)
     chosen = [c for c in report["candidates"] if c["chosen"]]
     assert len(chosen) == 1 and chosen[0]["strategy"] == report["document"]["strategy"]
     assert candidates["page"]["error"] == "skipped: document has no pages"
     r1100 = candidates["recursive_1100"]
-    assert all(r1100[m] is not None for m in ("rc", "icc", "dcc", "bi", "sc"))
-    assert r1100["rc_backend"] == "heuristic" and set(r1100["metric_ms"]) == {"rc", "icc", "dcc", "bi", "sc"}
+    assert all(r1100[m] is not None for m in ("rc", "icc", "dcc", "bi", "sc", "rt"))
+    assert r1100["rc_backend"] == "heuristic" and set(r1100["metric_ms"]) == {"rc", "icc", "dcc", "bi", "sc", "rt"}
+    assert r1100["shape"]["tokens_max"] <= 1100 and r1100["shape"]["units"] > 0
+    assert report["why"][0].startswith(f"{chosen[0]['strategy']} won with ")
     assert candidates["page"]["rc"] is None and candidates["page"]["rc_backend"] is None
 
     table = subprocess.run(connector_cmd("explain", str(report["document"]["id"]), "--dsn", dsn), env=env,
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert table.returncode == 0 and "no LLM endpoint configured" in table.stdout and "yes" in table.stdout
     assert "RC by the heuristic coreference backend" in table.stdout
+    assert " instead would change: " in table.stdout and "protected blocks cut instead of" in table.stdout
+    report = subprocess.run(connector_cmd("report", "--json", "--dsn", dsn), env=env, capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+    rows = {r["strategy"]: r for r in json.loads(report.stdout)}
+    assert rows["adaptive"]["documents"] == sum(r["wins"] for n, r in rows.items() if n != "adaptive")
+    assert all(0 <= rows[n]["rt"] <= 1 for n in ("adaptive", "recursive_1100")), "the report shows RT"
     missing = subprocess.run(connector_cmd("explain", "nope.txt", "--dsn", dsn), env=env,
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert missing.returncode == 1 and "no document with id or source key 'nope.txt'" in missing.stderr

@@ -17,7 +17,7 @@ from tests.test_convert import CHUNKING
 @pytest.mark.parametrize("name", ["apache-2.0.txt", "lppl-1.3c.pdf", "dockerfile-reference.md"])
 def test_same_chunks_as_langchain_on_real_documents(name: str) -> None:
     doc = convert((FIXTURES / name).read_bytes(), mime_for_path(name), CHUNKING)
-    ours = LangChainChunker(CHUNKING.encoding).split(doc)
+    ours = LangChainChunker(CHUNKING.encoding).split(doc).chunks
     theirs = RecursiveCharacterTextSplitter(chunk_size=4000, chunk_overlap=200).split_text(doc.markdown)
     assert [c.text for c in ours] == theirs
     assert all(doc.markdown[c.start : c.end] == c.text for c in ours)
@@ -36,6 +36,6 @@ TEXT = st.lists(
 @given(TEXT, st.integers(20, 120), st.integers(0, 30))
 def test_same_chunks_as_langchain_on_generated_text(text: str, size: int, overlap: int) -> None:
     overlap = min(overlap, size - 1)
-    ours = LangChainChunker(CHUNKING.encoding, chunk_size=size, overlap=overlap).split(Document(text, ()))
+    ours = LangChainChunker(CHUNKING.encoding, chunk_size=size, overlap=overlap).split(Document(text, ())).chunks
     theirs = RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=overlap).split_text(text)
     assert [c.text for c in ours] == theirs

@@ -207,17 +207,18 @@ def test_candidates_share_vectors_and_each_text_is_embedded_once(tmp_path) -> No
     assert len(first) == len(set(first)), "no text embedded twice"
     assert a.chunks[0].text in first
     for s in scored:
-        assert all(s.metrics[m] is not None for m in ("rc", "icc", "dcc", "bi", "sc"))
-        assert s.rc_backend == "heuristic" and set(s.metric_ms) == {"rc", "icc", "dcc", "bi", "sc"}
+        assert all(s.metrics[m] is not None for m in ("rc", "icc", "dcc", "bi", "sc", "rt"))
+        assert s.rc_backend == "heuristic" and set(s.metric_ms) == {"rc", "icc", "dcc", "bi", "sc", "rt"}
 
 
 def test_a_metric_weighted_zero_is_not_computed(tmp_path) -> None:
-    settings = Settings(data_dir=tmp_path, weights={"rc": 0, "icc": 0, "dcc": 0})
+    settings = Settings(data_dir=tmp_path, weights={"rc": 0, "icc": 0, "dcc": 0, "rt": 0})
     resources = Resources.load(settings)
     assert resources.encoder is None and resources.coref is None
     doc = convert(MUSK.encode(), "text/plain", CHUNKING)
     scored = DocumentMetrics(doc, settings, resources).score(Candidate("x", chunks_at(MUSK, [15])))
     assert scored.metrics["rc"] is None and scored.metrics["icc"] is None and scored.rc_backend is None
+    assert scored.metrics["rt"] is None
     assert scored.metrics["bi"] is not None
 
 

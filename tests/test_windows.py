@@ -87,7 +87,7 @@ def test_the_pipeline_stores_each_window_with_its_span_and_vector(settings: Sett
     as `embed_windows` says; a one-window chunk's window vector is the chunk's vector; a long chunk's windows
     differ from each other and from the mean. With a heading template, the spans are still in the document."""
     minilm = load("minilm", 32)
-    chunking = settings.chunking.model_copy(update={"strategies": ("recursive_1100",)})
+    chunking = settings.chunking.forced("recursive_1100")
     text = (FIXTURES / "dockerfile-reference.md").read_text()
     for template in ("{text}", "{heading}\n\n{text}"):
         run_settings = settings.model_copy(

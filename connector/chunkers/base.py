@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from connector import tokens
 from connector.models import Chunk, Document
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """What a strategy made of one document: its chunks in document order, with exact offsets into
+    `document.markdown`, and notes recorded with the candidate (e.g. the regex an LLM wrote)."""
+
+    chunks: list[Chunk]
+    notes: dict = field(default_factory=dict)
 
 
 class Chunker(Protocol):
@@ -16,9 +26,7 @@ class Chunker(Protocol):
     @property
     def params(self) -> dict: ...
 
-    def split(self, document: Document) -> list[Chunk]:
-        """Chunks in document order with exact offsets into `document.markdown`."""
-        ...
+    def split(self, document: Document) -> Split: ...
 
 
 def trim(text: str, start: int, end: int) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from connector import tokens
-from connector.chunkers.base import trim
+from connector.chunkers.base import Split, trim
 from connector.models import Chunk, Document
 
 SEPARATORS = ("\n\n", "\n", " ", "")
@@ -30,13 +30,13 @@ class LangChainChunker:
     def params(self) -> dict:
         return {"chunk_size": self.chunk_size, "overlap": self.overlap, "unit": "characters", "overlapping": True}
 
-    def split(self, document: Document) -> list[Chunk]:
+    def split(self, document: Document) -> Split:
         text = document.markdown
         chunks = []
         for a, b in self._split(text, 0, len(text), SEPARATORS):
             piece = text[a:b]
             chunks.append(Chunk(a, b, piece, tokens.count(piece, self.encoding)))
-        return chunks
+        return Split(chunks)
 
     def _split(self, text: str, start: int, end: int, separators: tuple[str, ...]) -> list[Span]:
         separator, rest = separators[-1], ()

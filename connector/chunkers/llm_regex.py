@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import regex
 
 from connector import tokens
-from connector.chunkers.base import make_chunk
+from connector.chunkers.base import Split, make_chunk
 from connector.errors import NotApplicable
-from connector.models import Chunk, Document
+from connector.models import Document
 from connector.settings import LLMSettings
 
 ANSWER = re.compile(r"<regex>\s*(.+?)\s*</regex>", re.IGNORECASE | re.DOTALL)
@@ -61,10 +61,7 @@ class LLMRegexChunker:
     def params(self) -> dict:
         return {"model": self.llm.model, "context_tokens": self.llm.context_tokens}
 
-    def split(self, document: Document) -> list[Chunk]:
-        return self.split_with_params(document)[0]
-
-    def split_with_params(self, document: Document) -> tuple[list[Chunk], dict]:
+    def split(self, document: Document) -> Split:
         if not self.llm.base_url:
             raise NotApplicable("no LLM endpoint configured (CONNECTOR_LLM_BASE_URL)")
         text = document.markdown
@@ -82,7 +79,7 @@ class LLMRegexChunker:
                 notes["fallback"] = f"invalid pattern: {exc}"
         bounds = [0, *(c for c in cuts if 0 < c < len(text)), len(text)]
         chunks = [make_chunk(text, a, b, self.encoding) for a, b in zip(bounds, bounds[1:], strict=False)]
-        return [c for c in chunks if c is not None], notes
+        return Split([c for c in chunks if c is not None], notes)
 
     def _pattern(self, text: str) -> str | None:
         key = hashlib.sha256(f"{self.llm.model}\n{text}".encode()).hexdigest()

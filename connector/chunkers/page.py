@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from connector.chunkers.base import make_chunk
+from connector.chunkers.base import Split, make_chunk
 from connector.errors import NotApplicable
-from connector.models import Chunk, Document
+from connector.models import Document
 
 
 @dataclass(frozen=True)
@@ -19,11 +19,11 @@ class PageChunker:
     def params(self) -> dict:
         return {"encoding": self.encoding}
 
-    def split(self, document: Document) -> list[Chunk]:
+    def split(self, document: Document) -> Split:
         if not document.page_starts:
             raise NotApplicable("document has no pages")
         text = document.markdown
         starts = list(document.page_starts)
         bounds = [*starts, len(text)]
         chunks = (make_chunk(text, a, b, self.encoding) for a, b in zip(bounds, bounds[1:], strict=False))
-        return [c for c in chunks if c is not None]
+        return Split([c for c in chunks if c is not None])

@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from connector import tokens
-from connector.chunkers.base import make_chunk
+from connector.chunkers.base import Split, make_chunk
 from connector.models import Chunk, Document
 
 # (pattern, offset of the cut inside the match). The separator starts the following piece (offset 0), except for
@@ -46,9 +46,9 @@ class RecursiveChunker:
             params.update(overlap_tokens=self.overlap_tokens, overlapping=True)
         return params
 
-    def split(self, document: Document) -> list[Chunk]:
+    def split(self, document: Document) -> Split:
         text = document.markdown
-        return split_span(text, 0, len(text), self.max_tokens, self.encoding, overlap_tokens=self.overlap_tokens)
+        return Split(split_span(text, 0, len(text), self.max_tokens, self.encoding, overlap_tokens=self.overlap_tokens))
 
 
 def split_span(text: str, start: int, end: int, max_tokens: int, encoding: str, *, overlap_tokens: int) -> list[Chunk]:

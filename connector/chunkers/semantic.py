@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from connector.chunkers.base import make_chunk
+from connector.chunkers.base import Split, make_chunk
 from connector.chunkers.sentences import sentence_spans
-from connector.models import Chunk, Document
+from connector.models import Document
 
 
 @dataclass(frozen=True)
@@ -31,21 +31,21 @@ class SemanticChunker:
     def params(self) -> dict:
         return {"percentile": self.percentile, "window": self.window, "encoder": self.encoder}
 
-    def split(self, document: Document) -> list[Chunk]:
+    def split(self, document: Document) -> Split:
         from connector.embedders import load
 
         text = document.markdown
         spans = sentence_spans(text)
         if len(spans) < 2:
             chunk = make_chunk(text, 0, len(text), self.encoding)
-            return [chunk] if chunk else []
+            return Split([chunk] if chunk else [])
         vectors = load(self.encoder).embed([text[a:b] for a, b in spans]).vectors
         distances = gap_distances(vectors, self.window)
         threshold = np.percentile(distances, self.percentile)
         cuts = [spans[i + 1][0] for i, d in enumerate(distances) if d > threshold]
         bounds = [0, *cuts, len(text)]
         chunks = (make_chunk(text, a, b, self.encoding) for a, b in zip(bounds, bounds[1:], strict=False))
-        return [c for c in chunks if c is not None]
+        return Split([c for c in chunks if c is not None])
 
 
 def gap_distances(vectors: np.ndarray, window: int) -> np.ndarray:

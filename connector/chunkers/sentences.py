@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from connector.chunkers.base import make_chunk, trim
-from connector.models import Chunk, Document
+from connector.chunkers.base import Split, make_chunk, trim
+from connector.models import Document
 
 # The sentence ends where the whitespace group starts: closing quotes and brackets stay with their sentence.
 _BOUNDARY = re.compile(r"""[.!?]["'”’)\]]*(\s+)(?=["“'‘(\[]?[A-Z0-9])|(\n[ \t]*\n\s*)""")
@@ -47,7 +47,7 @@ class SentenceChunker:
     def params(self) -> dict:
         return {"sentences": self.sentences}
 
-    def split(self, document: Document) -> list[Chunk]:
+    def split(self, document: Document) -> Split:
         text = document.markdown
         spans = sentence_spans(text)
         chunks = []
@@ -55,4 +55,4 @@ class SentenceChunker:
             group = spans[i : i + self.sentences]
             if (chunk := make_chunk(text, group[0][0], group[-1][1], self.encoding)) is not None:
                 chunks.append(chunk)
-        return chunks
+        return Split(chunks)

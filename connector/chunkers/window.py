@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from connector import tokens
-from connector.chunkers.base import make_chunk
-from connector.models import Chunk, Document
+from connector.chunkers.base import Split, make_chunk
+from connector.models import Document
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class TokenWindowChunker:
     def params(self) -> dict:
         return {"size": self.size, "overlap": self.overlap, "overlapping": True}
 
-    def split(self, document: Document) -> list[Chunk]:
+    def split(self, document: Document) -> Split:
         text = document.markdown
         enc = tokens.encoding(self.encoding)
         ids = enc.encode_ordinary(text)
@@ -36,4 +36,4 @@ class TokenWindowChunker:
                 chunks.append(chunk)
             if i + self.size >= len(ids):
                 break
-        return chunks
+        return Split(chunks)

@@ -194,10 +194,10 @@ WHERE c.document_id = %s
 
 INSERT_CANDIDATE = """
 INSERT INTO connector.candidates
-    (document_id, strategy, params, chunk_count, rc, icc, dcc, bi, sc, score, chosen, elapsed_ms, error, rc_backend,
-     metric_ms)
+    (document_id, strategy, params, chunk_count, rc, icc, dcc, bi, sc, rt, score, chosen, elapsed_ms, error,
+     rc_backend, metric_ms, shape)
 VALUES (%(document_id)s, %(strategy)s, %(params)s, %(chunk_count)s, %(rc)s, %(icc)s, %(dcc)s, %(bi)s, %(sc)s,
-        %(score)s, %(chosen)s, %(elapsed_ms)s, %(error)s, %(rc_backend)s, %(metric_ms)s)
+        %(rt)s, %(score)s, %(chosen)s, %(elapsed_ms)s, %(error)s, %(rc_backend)s, %(metric_ms)s, %(shape)s)
 """
 
 # If the document was requeued while we worked (its file changed again), it stays pending for another pass.
@@ -283,7 +283,8 @@ ORDER BY (id::text = %(ref)s) DESC, id
 """
 
 CANDIDATES_OF = """
-SELECT strategy, chunk_count, rc, icc, dcc, bi, sc, score, elapsed_ms, chosen, error, params, rc_backend, metric_ms
+SELECT strategy, chunk_count, rc, icc, dcc, bi, sc, rt, score, elapsed_ms, chosen, error, params, rc_backend,
+       metric_ms, shape
 FROM connector.candidates WHERE document_id = %s
 ORDER BY chosen DESC, score DESC NULLS LAST, strategy
 """
@@ -296,11 +297,12 @@ WITH done AS (
     WHERE d.status = 'done' AND c.error IS NULL AND c.chunk_count > 0
 )
 SELECT strategy, count(*) AS documents, count(*) FILTER (WHERE chosen) AS wins,
-       avg(rc) AS rc, avg(icc) AS icc, avg(dcc) AS dcc, avg(bi) AS bi, avg(sc) AS sc, avg(score) AS score,
-       avg(chunk_count) AS chunks
+       avg(rc) AS rc, avg(icc) AS icc, avg(dcc) AS dcc, avg(bi) AS bi, avg(sc) AS sc, avg(rt) AS rt,
+       avg(score) AS score, avg(chunk_count) AS chunks
 FROM done GROUP BY strategy
 UNION ALL
-SELECT 'adaptive', count(*), count(*), avg(rc), avg(icc), avg(dcc), avg(bi), avg(sc), avg(score), avg(chunk_count)
+SELECT 'adaptive', count(*), count(*), avg(rc), avg(icc), avg(dcc), avg(bi), avg(sc), avg(rt), avg(score),
+       avg(chunk_count)
 FROM done WHERE chosen
 ORDER BY 1
 """

@@ -148,6 +148,7 @@ class StoredCandidate:
     dcc: float | None
     bi: float | None
     sc: float | None
+    rt: float | None
     score: float | None
     elapsed_ms: float
     chosen: bool
@@ -155,6 +156,7 @@ class StoredCandidate:
     params: dict
     rc_backend: str | None
     metric_ms: dict
+    shape: dict  # `connector.metrics.shape_of`
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +171,7 @@ class StrategyMeans:
     dcc: float | None
     bi: float | None
     sc: float | None
+    rt: float | None
     score: float | None
     chunks: Decimal | None  # mean per document
 

@@ -259,6 +259,7 @@ class Store:
                             "error": s.candidate.error,
                             "rc_backend": s.rc_backend,
                             "metric_ms": Jsonb({k: round(v, 3) for k, v in s.metric_ms.items()}),
+                            "shape": Jsonb(s.shape),
                         }
                         for s in outcome.scored
                     ],

@@ -1,4 +1,5 @@
-"""The five intrinsic metrics of a candidate (algorithm-spec §4), each in [0, 1] or None when undefined.
+"""The intrinsic metrics of a candidate, each in [0, 1] or None when undefined: the paper's five (algorithm-spec
+§4) and our Retrievability (`retrievability`).
 
 What every candidate of a document shares is computed once per document (`DocumentMetrics`): the sentence spans,
 the coreference pairs, and one batch of vectors for every distinct text any candidate needs. Then each candidate's
@@ -18,18 +19,19 @@ from connector.embedders import Embedder
 from connector.metrics.blocks import block_integrity
 from connector.metrics.cohesion import Sentences, contextual_coherence, icc_texts, intrachunk_cohesion
 from connector.metrics.references import references_completeness
+from connector.metrics.retrievability import Probe, retrievability, retrievability_texts, sample_probes
 from connector.metrics.size import size_compliance
 from connector.metrics.vectors import MetricEncoder, StaticEncoder, StorageEncoder, VectorCache
 from connector.models import Candidate, Document, Scored
 from connector.settings import ScoringSettings, Settings
 from connector.timing import NULL_TIMER, Timer
 
-METRICS = ("rc", "icc", "dcc", "bi", "sc")
+METRICS = ("rc", "icc", "dcc", "bi", "sc", "rt")
 
 
 @dataclass(frozen=True)
 class Resources:
-    """What scoring loads once per process: the metric encoder (None when ICC/DCC are weighted 0) and the
+    """What scoring loads once per process: the metric encoder (None when ICC, DCC and RT are weighted 0) and the
     coreference backend (None when RC is)."""
 
     encoder: MetricEncoder | None
@@ -39,7 +41,7 @@ class Resources:
     def load(cls, settings: Settings, embedder: Embedder | None = None) -> Resources:
         m = settings.metrics
         encoder: MetricEncoder | None = None
-        if settings.weights.icc > 0 or settings.weights.dcc > 0:
+        if settings.weights.icc > 0 or settings.weights.dcc > 0 or settings.weights.rt > 0:
             if m.model == "same":
                 if embedder is None:
                     raise ValueError("metrics model 'same' needs the storage embedder")
@@ -72,6 +74,10 @@ class DocumentMetrics:
         with self.timer("metric:coref"):
             return self.resources.coref.pairs(self.document.markdown)
 
+    @cached_property
+    def probes(self) -> list[Probe]:
+        return sample_probes(self.document.markdown, self.sentences.spans, self.settings.metrics.probes)
+
     @property
     def coref_backend(self) -> str | None:
         return self.resources.coref.name if self.resources.coref is not None else None
@@ -83,12 +89,23 @@ class DocumentMetrics:
         if self.vectors is None:
             return
         texts: list[str] = []
+        weights = self.settings.weights
         for candidate in pool:
             if candidate.error is None and candidate.chunks:
                 texts += [c.text for c in candidate.chunks]
-                texts += icc_texts(candidate.chunks, self.sentences)
+                if weights.icc > 0:
+                    texts += icc_texts(candidate.chunks, self.sentences)
+                if weights.rt > 0:
+                    texts += retrievability_texts(self.document.markdown, candidate.chunks, self.probes)
         with self.timer("metric:embed"):
             self.vectors.prepare(texts)
+
+    def _sizes(self, candidate: Candidate) -> list[int]:
+        """SC's token counts: the strategy's own chunks (before the guards repaired them) by default, as the paper's
+        Table 3 measures it; after the guards every candidate complies by construction and SC says nothing."""
+        if self.settings.metrics.sc_before_guards and candidate.raw_token_counts:
+            return list(candidate.raw_token_counts)
+        return [c.token_count for c in candidate.chunks]
 
     def score(self, candidate: Candidate) -> Scored:
         t0 = time.perf_counter()
@@ -98,13 +115,17 @@ class DocumentMetrics:
             chunks = candidate.chunks
             chunking = self.settings.chunking
             steps = {
-                "sc": lambda: size_compliance(chunks, chunking.min_tokens, chunking.max_tokens),
+                "sc": lambda: size_compliance(self._sizes(candidate), chunking.min_tokens, chunking.max_tokens),
                 "bi": lambda: block_integrity(self.document.units or self.document.blocks, chunks),
                 "rc": lambda: references_completeness(self.pairs, chunks),
             }
             if self.vectors is not None:
+                m = self.settings.metrics
                 steps["icc"] = lambda: intrachunk_cohesion(chunks, self.sentences, self.vectors)
-                steps["dcc"] = lambda: contextual_coherence(chunks, self.vectors, self.settings.metrics.window_tokens)
+                steps["dcc"] = lambda: contextual_coherence(chunks, self.vectors, m.window_tokens)
+                steps["rt"] = lambda: retrievability(
+                    self.document.markdown, chunks, self.probes, self.vectors, m.rt_budget_chars
+                )
             for name, step in steps.items():
                 if self.settings.weights.as_dict()[name] <= 0:
                     continue
@@ -119,6 +140,7 @@ class DocumentMetrics:
             (time.perf_counter() - t0) * 1000,
             metric_ms=ms,
             rc_backend=self.coref_backend if "rc" in ms else None,
+            shape=shape_of(candidate, self.document, self.settings.chunking) if candidate.chunks else {},
         )
 
 
@@ -128,6 +150,24 @@ def score_all(
     scorer = DocumentMetrics(document, settings, resources, timer)
     scorer.prepare(pool)
     return tuple(scorer.score(c) for c in pool)
+
+
+def shape_of(candidate: Candidate, document: Document, chunking) -> dict:
+    """What `connector explain` compares between candidates: token sizes, protected units cut, sizes out of range."""
+    counts = sorted(c.token_count for c in candidate.chunks)
+    units = document.units or document.blocks
+    bi = block_integrity(units, candidate.chunks)
+    n = len(counts)
+    return {
+        "tokens_mean": round(sum(counts) / n, 1),
+        "tokens_min": counts[0],
+        "tokens_p10": counts[n // 10],
+        "tokens_p90": counts[min(n - 1, (9 * n) // 10)],
+        "tokens_max": counts[-1],
+        "units": len(units),
+        "units_cut": 0 if bi is None else round((1 - bi) * len(units)),
+        "out_of_range": sum(not chunking.min_tokens <= t <= chunking.max_tokens for t in counts),
+    }
 
 
 def weighted_score(values: dict[str, float | None], weights: ScoringSettings) -> float | None:

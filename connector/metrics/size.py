@@ -1,13 +1,15 @@
-"""SC, Size Compliance: the share of chunks whose token count lies in [min_tokens, max_tokens]."""
+"""SC, Size Compliance: the share of chunks whose token count lies in [min_tokens, max_tokens].
+
+Measured by default on the strategy's own chunks, before the guards (the paper's Table 3): the guards re-split and
+merge until nearly every chunk complies, so SC after them is 1.0 for every candidate and cannot tell two apart.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from connector.models import Chunk
 
-
-def size_compliance(chunks: Sequence[Chunk], min_tokens: int = 100, max_tokens: int = 1100) -> float | None:
-    if not chunks:
+def size_compliance(token_counts: Sequence[int], min_tokens: int, max_tokens: int) -> float | None:
+    if not token_counts:
         return None
-    return sum(1 for c in chunks if min_tokens <= c.token_count <= max_tokens) / len(chunks)
+    return sum(1 for n in token_counts if min_tokens <= n <= max_tokens) / len(token_counts)

@@ -1,0 +1,53 @@
+"""`connector tune`: metric weights learned from the user's own questions (`table` gathers, `weights` fits)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from connector import qa
+from connector.settings import Settings
+from connector.tuning.weights import TuneResult
+
+
+def run_tune(
+    settings: Settings,
+    dsn: str,
+    records: list[qa.QARecord],
+    k: int,
+    folds: int,
+    docs: Path | None = None,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> tuple[TuneResult, list[str]]:
+    """Weights cross-validated on the QA's documents (from `docs`, else those stored in the database), and the QA
+    documents not found."""
+    from connector import metrics
+    from connector.db.database import connect
+    from connector.embedders import load
+    from connector.embedders.cache import CachingEmbedder
+    from connector.evaluation import sources_from_database, sources_from_folder, stored_embedder
+    from connector.tuning import table, weights
+
+    names = {r.doc for r in records}
+    with connect(dsn, autocommit=True) as conn:
+        if docs is None:
+            found, _ids = sources_from_database(conn, names)
+            embedder_setting = stored_embedder(conn)
+        else:
+            found, embedder_setting = sources_from_folder(docs, names), settings.embedder
+    sources = [table.Source(_name(r.key), None, r.path.read_bytes(), r.mime) for r in found.selection.refs]
+    sources += [
+        table.Source(_name(d.source_key), d.title, d.content_bytes or (d.content or "").encode(), d.mime_type or "")
+        for d in found.rows
+    ]
+    wanted = [r for r in records if r.doc not in found.missing]
+    embedder = CachingEmbedder(load(embedder_setting, settings.embed_batch_size))
+    rows = table.build(settings, embedder, sorted(sources, key=lambda s: s.name), wanted, k, progress)
+    used = [m for m in metrics.METRICS if any(r.metrics.get(m) is not None for r in rows)]
+    return weights.tune(rows, used, folds), found.missing
+
+
+def _name(key: str) -> str:
+    from pathlib import PurePosixPath
+
+    return PurePosixPath(key).name
