@@ -639,7 +639,7 @@ def bench_metrics(
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
     embedder: EmbedderOption = None,
 ) -> None:
-    """Time all five metrics over every configured candidate of one document, per metric encoder."""
+    """Time every metric over every configured candidate of one document, per metric encoder."""
     import json
 
     from connector import metrics_bench

@@ -19,7 +19,7 @@ from tests.conftest import FIXTURES
 from tests.llm_stub import ChatStub
 
 # Every kind of strategy, and the variants of the default pool that have their own code paths.
-STRATEGIES = (*ChunkingSettings().strategy_names, "langchain_4000", "sections_merged", "recursive_1100_overlap100")
+STRATEGIES = tuple(dict.fromkeys((*ChunkingSettings().strategy_names, "langchain_4000", "recursive_1100_overlap100")))
 
 CHUNKING = ChunkingSettings()  # the configured defaults: encoding and thresholds come from settings only
 

@@ -264,10 +264,13 @@ def test_sigterm_stops_a_one_shot_command_and_its_embedded_server(tmp_path: Path
 
 
 def test_explain_shows_every_candidate_and_why_some_did_not_run(tmp_path: Path, dsn: str, corpus: Path) -> None:
+    # RT is weighted 0 by default (not computed); a `.env` in the working directory, as `connector tune` writes
+    # it, turns it on.
+    (tmp_path / ".env").write_text("CONNECTOR_WEIGHT_RT=0.1\n")
     assert ingest(tmp_path, dsn, corpus).returncode == 0
     env = {**child_env(tmp_path), "COLUMNS": "250"}
     result = subprocess.run(connector_cmd("explain", "legal/apache-2.0.txt", "--json", "--dsn", dsn), env=env,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["document"]["source_key"] == "legal/apache-2.0.txt" and report["document"]["status"] == "done"
@@ -281,19 +284,20 @@ def test_explain_shows_every_candidate_and_why_some_did_not_run(tmp_path: Path, 
     assert r1100["rc_backend"] == "heuristic" and set(r1100["metric_ms"]) == {"rc", "icc", "dcc", "bi", "sc", "rt"}
     assert r1100["shape"]["tokens_max"] <= 1100 and r1100["shape"]["units"] > 0
     assert report["why"][0].startswith(f"{chosen[0]['strategy']} won with ")
+    assert not any("weights have changed" in line for line in report["why"]), "explain reads the same .env"
     assert candidates["page"]["rc"] is None and candidates["page"]["rc_backend"] is None
 
     table = subprocess.run(connector_cmd("explain", str(report["document"]["id"]), "--dsn", dsn), env=env,
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert table.returncode == 0 and "no LLM endpoint configured" in table.stdout and "yes" in table.stdout
     assert "RC by the heuristic coreference backend" in table.stdout
     assert " instead would change: " in table.stdout and "protected blocks cut instead of" in table.stdout
-    report = subprocess.run(connector_cmd("report", "--json", "--dsn", dsn), env=env, capture_output=True, text=True,
-                            timeout=60)  # fmt: skip
+    report = subprocess.run(connector_cmd("report", "--json", "--dsn", dsn), env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
     rows = {r["strategy"]: r for r in json.loads(report.stdout)}
     assert rows["adaptive"]["documents"] == sum(r["wins"] for n, r in rows.items() if n != "adaptive")
     assert all(0 <= rows[n]["rt"] <= 1 for n in ("adaptive", "recursive_1100")), "the report shows RT"
-    missing = subprocess.run(connector_cmd("explain", "nope.txt", "--dsn", dsn), env=env,
+    missing = subprocess.run(connector_cmd("explain", "nope.txt", "--dsn", dsn), env=env, cwd=tmp_path,
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert missing.returncode == 1 and "no document with id or source key 'nope.txt'" in missing.stderr
 

@@ -198,7 +198,7 @@ def test_candidates_share_vectors_and_each_text_is_embedded_once(tmp_path) -> No
     a = Candidate("a", chunks_at(doc.markdown, [half]))
     b = Candidate("b", chunks_at(doc.markdown, [half, half + 2000]))  # shares its first chunk with a
     encoder = CountingEncoder()
-    settings = Settings(data_dir=tmp_path)
+    settings = Settings(data_dir=tmp_path, weights={"rt": 0.2})  # every metric, RT too
     scorer = DocumentMetrics(doc, settings, Resources(encoder, HeuristicCoref()))
     scorer.prepare([a, b])
     first = list(encoder.texts)

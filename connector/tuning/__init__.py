@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from connector import qa
+from connector.errors import FatalError
 from connector.settings import Settings
 from connector.tuning.weights import TuneResult
 
@@ -20,7 +21,7 @@ def run_tune(
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> tuple[TuneResult, list[str]]:
     """Weights cross-validated on the QA's documents (from `docs`, else those stored in the database), and the QA
-    documents not found."""
+    documents not found or left out (with the reason)."""
     from connector import metrics
     from connector.db.database import connect
     from connector.embedders import load
@@ -42,9 +43,12 @@ def run_tune(
     ]
     wanted = [r for r in records if r.doc not in found.missing]
     embedder = CachingEmbedder(load(embedder_setting, settings.embed_batch_size))
-    rows = table.build(settings, embedder, sorted(sources, key=lambda s: s.name), wanted, k, progress)
+    rows, skipped = table.build(settings, embedder, sorted(sources, key=lambda s: s.name), wanted, k, progress)
     used = [m for m in metrics.METRICS if any(r.metrics.get(m) is not None for r in rows)]
-    return weights.tune(rows, used, folds), found.missing
+    missing = found.missing + [f"{name} ({reason})" for name, reason in skipped]
+    if len({r.doc for r in rows}) < 2:
+        raise FatalError(f"tuning needs questions on at least two documents; {len({r.doc for r in rows})} usable")
+    return weights.tune(rows, used, folds), missing
 
 
 def _name(key: str) -> str:

@@ -12,7 +12,7 @@ the database), on the chunk vectors alone: recall@k and MRR, as `connector eval`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -20,7 +20,8 @@ from connector import candidates, chunkers, metrics, qa
 from connector.convert import convert
 from connector.embed import embed_winner
 from connector.embedders import Embedder
-from connector.models import Document, SourceDocument
+from connector.errors import DocumentError
+from connector.models import Document, Scored, SourceDocument
 from connector.pipeline import document_title
 from connector.select import choose
 from connector.settings import ScoringSettings, Settings
@@ -56,29 +57,38 @@ def build(
     records: list[qa.QARecord],
     k: int,
     progress: Callable[[str], None] = lambda _msg: None,
-) -> list[Row]:
+) -> tuple[list[Row], list[tuple[str, str]]]:
+    """The table's rows, and the documents left out with the reason (one that fails to convert or chunk)."""
     scoring = settings.model_copy(update={"weights": ALL_METRICS})
     resources = metrics.Resources.load(scoring, embedder)
     pool = chunkers.build(settings.chunking)
     prepared: list[_Prepared] = []
+    skipped: list[tuple[str, str]] = []
     for source in sources:
         progress(source.name)
-        document = convert(source.data, source.mime_type, settings.chunking)
-        scored = metrics.score_all(document, candidates.generate(document, pool, settings.chunking), scoring, resources)
-        today = choose([_rescored(s, settings.weights) for s in scored])
+        try:
+            document = convert(source.data, source.mime_type, settings.chunking)
+            pool_of = candidates.generate(document, pool, settings.chunking)
+            scored = metrics.score_all(document, pool_of, scoring, resources)
+            today = choose([replace(s, score=metrics.weighted_score(s.metrics, settings.weights)) for s in scored])
+        except DocumentError as exc:  # the document would fail in the sidecar too: it cannot teach anything
+            skipped.append((source.name, str(exc)))
+            continue
         title = document_title(SourceDocument(0, "folder", source.name, source.title, b"", "", ""), document)
         prepared.append(_prepare(source.name, document, scored, today.candidate.strategy, embedder, settings, title))
     questions = embedder.embed([r.question for r in records]).vectors if records else np.zeros((0, embedder.dim))
-    return _judge(prepared, records, questions, k)
+    return _judge(prepared, records, questions, k), skipped
 
 
-def _rescored(s: metrics.Scored, weights: ScoringSettings) -> metrics.Scored:
-    from dataclasses import replace
-
-    return replace(s, score=metrics.weighted_score(s.metrics, weights))
-
-
-def _prepare(name, document: Document, scored, chosen: str, embedder, settings: Settings, title) -> _Prepared:
+def _prepare(
+    name: str,
+    document: Document,
+    scored: tuple[Scored, ...],
+    chosen: str,
+    embedder: Embedder,
+    settings: Settings,
+    title: str | None,
+) -> _Prepared:
     strategies, values, texts, vectors = [], [], [], []
     for s in scored:
         strategies.append(s.candidate.strategy)
