@@ -94,6 +94,19 @@ def sources_from_database(conn: psycopg.Connection, names: set[str]) -> tuple[So
     return Sources(Selection(refs, roots, [], []), rows, sorted(names - present)), ids
 
 
+def find_sources(
+    settings: Settings, dsn: str, records: list[qa.QARecord], docs: Path | None
+) -> tuple[Sources, list[int], str]:
+    """The QA's documents — from the folder `docs`, else as stored in the database (with their ids) — and the
+    embedder setting to judge them with (the database's own model when they are stored)."""
+    names = {r.doc for r in records}
+    with connect(dsn, autocommit=True) as conn:
+        if docs is None:
+            sources, ids = sources_from_database(conn, names)
+            return sources, ids, stored_embedder(conn)
+    return sources_from_folder(docs, names), [], settings.embedder
+
+
 def stored_embedder(conn: psycopg.Connection) -> str:
     """The setting name of the embedder a database's vectors were made with."""
     with conn.cursor(row_factory=class_row(EmbeddingModel)) as cur:
@@ -182,14 +195,7 @@ def run_eval(
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> tuple[list[RunResult], list[str]]:
     """Results of the adaptive run, then each forced strategy, then the baseline; and the QA documents not found."""
-    names = {r.doc for r in records}
-    with connect(dsn, autocommit=True) as conn:
-        if docs is None:
-            sources, user_ids = sources_from_database(conn, names)
-            embedder_setting = stored_embedder(conn)
-        else:
-            sources, user_ids = sources_from_folder(docs, names), []
-            embedder_setting = settings.embedder
+    sources, user_ids, embedder_setting = find_sources(settings, dsn, records, docs)
     embedder = CachingEmbedder(load(embedder_setting, settings.embed_batch_size))
     wanted = [r for r in records if r.doc not in sources.missing]
 

@@ -68,7 +68,7 @@ def test_ingest_folder(tmp_path: Path, dsn: str, corpus: Path) -> None:
                 assert backend == "heuristic" and 0 <= rc <= 1, (key, strategy, rc, backend)
             if strategy == "page" and not key.endswith(".pdf"):
                 assert error == "skipped: document has no pages" and not scored
-            elif strategy == "sections" and key == "legal/apache-2.0.txt":
+            elif strategy in ("sections", "sections_merged") and key == "legal/apache-2.0.txt":
                 assert error == "skipped: document has no headings" and not scored
             elif strategy == "llm_regex":
                 assert error == "skipped: no LLM endpoint configured (CONNECTOR_LLM_BASE_URL)" and not scored

@@ -23,19 +23,12 @@ def run_tune(
     """Weights cross-validated on the QA's documents (from `docs`, else those stored in the database), and the QA
     documents not found or left out (with the reason)."""
     from connector import metrics
-    from connector.db.database import connect
     from connector.embedders import load
     from connector.embedders.cache import CachingEmbedder
-    from connector.evaluation import sources_from_database, sources_from_folder, stored_embedder
+    from connector.evaluation import find_sources
     from connector.tuning import table, weights
 
-    names = {r.doc for r in records}
-    with connect(dsn, autocommit=True) as conn:
-        if docs is None:
-            found, _ids = sources_from_database(conn, names)
-            embedder_setting = stored_embedder(conn)
-        else:
-            found, embedder_setting = sources_from_folder(docs, names), settings.embedder
+    found, _ids, embedder_setting = find_sources(settings, dsn, records, docs)
     sources = [table.Source(_name(r.key), None, r.path.read_bytes(), r.mime) for r in found.selection.refs]
     sources += [
         table.Source(_name(d.source_key), d.title, d.content_bytes or (d.content or "").encode(), d.mime_type or "")
