@@ -74,6 +74,7 @@ EmbedderOption = Annotated[
 def _settings(dsn: str | None = None, **overrides) -> Settings:
     """The settings of this command; from here on, their secrets are scrubbed from whatever the process prints."""
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from connector import secrets
 
@@ -90,6 +91,9 @@ def _settings(dsn: str | None = None, **overrides) -> Settings:
             where = ".".join(str(p) for p in error["loc"]) or "settings"
             console.print(f"[red]configuration error:[/red] {where}: {error['msg']}", highlight=False)
         raise typer.Exit(2) from None
+    except SettingsError as exc:  # a value that is not the JSON a list or object setting needs
+        console.print(f"[red]configuration error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
     secrets.register(settings)
     return settings
 
@@ -101,12 +105,13 @@ def _logging(verbose: bool, quiet: bool = False) -> None:
     leaves through its `with` blocks: an embedded Postgres it started is stopped, scratch databases are dropped."""
     signal.signal(signal.SIGTERM, _exit_on_signal)
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from connector.logs import handler
 
     try:
         log_format = Settings().log_format
-    except ValidationError:
+    except (ValidationError, SettingsError):
         log_format = "text"  # `_settings` reports what is wrong, next
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO,
                         handlers=[handler(log_format)])  # fmt: skip
@@ -565,7 +570,7 @@ def tune(
         Path | None, typer.Option("--docs", help="Folder with the QA's documents (else: those already ingested).")
     ] = None,
     k: Annotated[int, typer.Option("--k", help="Chunks retrieved per question.")] = 5,
-    folds: Annotated[int, typer.Option("--folds", help="Cross-validation folds over the documents.")] = 5,
+    folds: Annotated[int, typer.Option("--folds", min=2, help="Cross-validation folds over the documents.")] = 5,
     env_file: Annotated[Path, typer.Option("--env-file", help="Where the weights are written.")] = Path(".env"),
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report only; write nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
@@ -590,10 +595,17 @@ def tune(
         console.print(f"[yellow]not found[/yellow] {name}: its questions are left out")
     written = None
     if result.shown and not dry_run:
-        from connector.tuning.envfile import write_weights
+        import os
 
-        write_weights(env_file, result.weights)
+        from connector.metrics import METRICS
+        from connector.tuning.envfile import overridden, write_weights
+
+        # Every weight is written: a metric left out of the fit (undefined on every document) gets 0, not the default.
+        write_weights(env_file, {m: result.weights.get(m, 0.0) for m in METRICS})
         written = str(env_file)
+        for name in overridden(dict(os.environ)):
+            console.print(f"[yellow]{name} is set in the environment[/yellow]: it wins over {env_file}; unset it "
+                          "for the written weights to apply")  # fmt: skip
     if as_json:
         print(json.dumps(reports.tune_payload(result, written), indent=2))
         return

@@ -95,6 +95,16 @@ class ChunkingSettings(BaseSettings):
     @field_validator("strategies")
     @classmethod
     def _unique_names(cls, value):
+        # A legacy knob can turn a preset into a copy of another one (CONNECTOR_CHUNK_RECURSIVE_OVERLAP_TOKENS=150
+        # makes recursive_1100 the same as recursive_1100_overlap150): the same work twice, and the copy could
+        # never win a tie. The first one listed stays.
+        seen, unique = set(), []
+        for s in value:
+            key = (s.kind, tuple(sorted(s.params.items())))
+            if key not in seen:
+                seen.add(key)
+                unique.append(s)
+        value = tuple(unique)
         names = [s.name for s in value]
         if not names:
             raise ValueError("at least one strategy is needed")
@@ -108,9 +118,16 @@ class ChunkingSettings(BaseSettings):
 
     def forced(self, *strategies: str | StrategyConfig, guards: bool | None = None) -> ChunkingSettings:
         """These settings with only these strategies (names resolved as presets), e.g. for a forced run."""
+        from connector.errors import FatalError
+
         legacy = {k: getattr(self, k) for k in LEGACY_KNOBS}
-        configs = tuple(_adapter().validate_python(preset(s, legacy) if isinstance(s, str) else s) for s in strategies)
-        update: dict = {"strategies": configs}
+        configs = []
+        for s in strategies:
+            try:
+                configs.append(_adapter().validate_python(preset(s, legacy) if isinstance(s, str) else s))
+            except ValueError as exc:  # pydantic's ValidationError is one
+                raise FatalError(f"strategy {s!r}: {exc}") from None
+        update: dict = {"strategies": tuple(configs)}
         if guards is not None:
             update["guards"] = guards
         return self.model_copy(update=update)

@@ -38,7 +38,7 @@ class _Strategy(BaseModel):
 
     @property
     def params(self) -> dict:
-        """What is recorded with each candidate: every field but the name."""
+        """The strategy's parameters: every field but the name (what tells two strategies apart)."""
         return self.model_dump(exclude={"name"})
 
     def build(self, chunking: ChunkingSettings) -> Chunker:
@@ -95,6 +95,9 @@ class Sentence(_Strategy):
     kind: Literal["sentence"] = "sentence"
     sentences: int = Field(8, gt=0)
 
+    def default_name(self) -> str:
+        return "sentence" if self.sentences == 8 else f"sentence_{self.sentences}"
+
     def build(self, chunking: ChunkingSettings) -> Chunker:
         from connector.chunkers.sentences import SentenceChunker
 
@@ -105,8 +108,13 @@ class Semantic(_Strategy):
     """Cuts where neighbouring sentences' similarity drops most."""
 
     kind: Literal["semantic"] = "semantic"
-    percentile: float = Field(90.0, gt=0, lt=100)
+    percentile: float = Field(90.0, ge=0, le=100)
     encoder: str = Field("lexical", description="Sentence encoder: an embedder setting (lexical, minilm).")
+
+    def default_name(self) -> str:
+        if (self.percentile, self.encoder) == (90.0, "lexical"):
+            return "semantic"
+        return f"semantic_{self.percentile:g}" + ("" if self.encoder == "lexical" else f"_{self.encoder}")
 
     def build(self, chunking: ChunkingSettings) -> Chunker:
         from connector.chunkers.semantic import SemanticChunker
@@ -120,6 +128,9 @@ class TokenWindow(_Strategy):
     kind: Literal["token_window"] = "token_window"
     size: int = Field(512, gt=0)
     overlap: int = Field(50, ge=0)
+
+    def default_name(self) -> str:
+        return "token_window" if (self.size, self.overlap) == (512, 50) else f"token_window_{self.size}_{self.overlap}"
 
     @model_validator(mode="after")
     def _overlap_below_size(self):
@@ -181,17 +192,20 @@ def preset(name: str, legacy: dict[str, Any] | None = None) -> dict[str, Any]:
         "sections": {"kind": "sections"},
         "sections_merged": {"kind": "sections", "merge": True},
         "llm_regex": {"kind": "llm_regex"},
-        "sentence": {"kind": "sentence", "sentences": legacy.get("sentences_per_chunk", 8)},
+        # Presets keep their names whatever the legacy knobs say: stored strategy names stay as they were.
+        "sentence": {"kind": "sentence", "sentences": legacy.get("sentences_per_chunk", 8), "name": "sentence"},
         "semantic": {
             "kind": "semantic",
             "percentile": legacy.get("semantic_percentile", 90.0),
             "encoder": legacy.get("semantic_encoder", "lexical"),
+            "name": "semantic",
         },
         "token_window": {
             "kind": "token_window",
             "size": legacy.get("window_tokens", 512),
             "overlap": legacy.get("window_overlap", 50),
-        },  # fmt: skip
+            "name": "token_window",
+        },
     }
     if name in simple:
         return simple[name]

@@ -23,7 +23,7 @@ from connector.reports import contributions, why
 from connector.settings import ChunkingSettings, ScoringSettings
 from connector.strategies import LangChain, Recursive, Sections, TokenWindow
 from connector.tuning.envfile import write_weights
-from connector.tuning.weights import Row, tune
+from connector.tuning.weights import Row, quality, tune
 from tests.conftest import FIXTURES, child_env, connector_cmd
 
 TOPICS = {
@@ -157,7 +157,9 @@ def test_environment_variables_keep_working(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("CONNECTOR_CHUNK_WINDOW_TOKENS", "256")
     cfg = ChunkingSettings()
     assert cfg.strategy_names == ("sentence", "token_window", "recursive_500")
-    assert cfg.strategies[0].sentences == 3 and cfg.strategies[1] == TokenWindow(size=256, overlap=50)
+    assert cfg.strategies[0].sentences == 3 and cfg.strategies[1] == TokenWindow(
+        size=256, overlap=50, name="token_window"
+    )
     assert cfg.forced("sentence").strategies[0].sentences == 3, "forced runs resolve presets with the same knobs"
 
 
@@ -172,12 +174,34 @@ def test_bad_strategy_configs_are_refused_with_the_reason() -> None:
         ChunkingSettings(strategies=[])
 
 
-def test_a_bad_strategy_setting_is_one_line_on_the_command_line(tmp_path: Path) -> None:
-    env = {**child_env(tmp_path), "CONNECTOR_CHUNK_STRATEGIES": '["nope"]'}
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [('["nope"]', "unknown chunking strategy 'nope'"), ("page", 'error parsing value for field "strategies"')],
+)
+def test_a_bad_strategy_setting_is_one_line_on_the_command_line(tmp_path: Path, value: str, says: str) -> None:
+    env = {**child_env(tmp_path), "CONNECTOR_CHUNK_STRATEGIES": value}  # the second is not JSON
     result = subprocess.run(connector_cmd("status"), env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert "configuration error: strategies" in result.stderr and "unknown chunking strategy 'nope'" in result.stderr
+    assert "configuration error:" in result.stderr and says in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_forcing_an_unknown_strategy_is_a_configuration_error() -> None:
+    from connector.errors import FatalError
+
+    with pytest.raises(FatalError, match="strategy 'recursive_0'"):
+        ChunkingSettings().forced("recursive_0")
+    with pytest.raises(FatalError, match="unknown chunking strategy 'nope'"):
+        ChunkingSettings().forced("nope")
+
+
+def test_same_parameters_run_once_and_names_follow_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONNECTOR_CHUNK_RECURSIVE_OVERLAP_TOKENS", "150")  # recursive_1100 = recursive_1100_overlap150
+    names = ChunkingSettings().strategy_names
+    assert "recursive_1100" in names and "recursive_1100_overlap150" not in names
+    assert TokenWindow(size=300, overlap=30).name == "token_window_300_30" and TokenWindow().name == "token_window"
+    both = ChunkingSettings(strategies=[{"kind": "token_window"}, {"kind": "token_window", "size": 256}])
+    assert both.strategy_names == ("token_window", "token_window_256_50")
 
 
 def test_merged_sections_pack_short_sections_and_cut_only_at_headings() -> None:
@@ -226,19 +250,37 @@ def test_tune_claims_nothing_when_no_metric_predicts_retrieval() -> None:
     assert not result.shown
 
 
-def test_tune_needs_two_documents() -> None:
+def test_tune_needs_two_documents_and_two_folds() -> None:
     with pytest.raises(ValueError, match="at least two documents"):
         tune([Row("a", "s", {"rt": 1.0}, 1.0, 1.0)], ["rt"])
+    with pytest.raises(ValueError, match="at least two folds"):
+        tune(rows_where("rt"), ["rt"], folds=1)
+
+
+def test_weights_that_cannot_score_a_document_count_it_as_lost() -> None:
+    # RC undefined on every candidate of d1 (no coreference pairs): weights on RC alone would fail d1 in the sidecar
+    # (no candidate has a score), so the simulation must count it as retrieving nothing, not as its first candidate.
+    rows = [
+        Row("d1", "s0", {"rc": None, "bi": 0.9}, 1.0, 1.0),
+        Row("d1", "s1", {"rc": None, "bi": 0.5}, 1.0, 1.0),
+        Row("d2", "s0", {"rc": 0.9, "bi": 0.1}, 1.0, 1.0),
+        Row("d2", "s1", {"rc": 0.1, "bi": 0.9}, 0.0, 0.0),
+    ]
+    by_doc = {"d1": rows[:2], "d2": rows[2:]}
+    assert quality(by_doc, ["d1", "d2"], {"rc": 1.0, "bi": 0.0}) == (0.5, 0.5)
+    assert quality(by_doc, ["d1", "d2"], {"rc": 0.6, "bi": 0.4}) == (1.0, 1.0)
 
 
 def test_weights_are_written_where_the_settings_read_them(tmp_path: Path) -> None:
     env = tmp_path / ".env"
-    env.write_text("CONNECTOR_WATCH_DIR=docs\nCONNECTOR_WEIGHT_RC=0.9\n")
+    env.write_text("CONNECTOR_WATCH_DIR=docs\nCONNECTOR_WEIGHT_RC=0.9\nexport CONNECTOR_WEIGHT_BI=0.5\n")
+    env.chmod(0o600)  # it holds secrets: writing the weights must not make it readable by others
     write_weights(env, {"rc": 0.0, "icc": 0.2, "dcc": 0.2, "bi": 0.2, "sc": 0.0, "rt": 0.4})
     write_weights(env, {"rc": 0.0, "icc": 0.2, "dcc": 0.2, "bi": 0.2, "sc": 0.0, "rt": 0.4})  # idempotent
     text = env.read_text()
     assert text.count("CONNECTOR_WEIGHT_RT=0.4") == 1 and "CONNECTOR_WEIGHT_RC=0.9" not in text
-    assert "CONNECTOR_WATCH_DIR=docs" in text
+    assert "CONNECTOR_WATCH_DIR=docs" in text and "export" not in text
+    assert env.stat().st_mode & 0o777 == 0o600
     read = ScoringSettings(_env_file=env)
     assert read.as_dict() == {"rc": 0.0, "icc": 0.2, "dcc": 0.2, "bi": 0.2, "sc": 0.0, "rt": 0.4}
 

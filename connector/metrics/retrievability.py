@@ -48,7 +48,7 @@ def masked_text(text: str, chunk: Chunk, probe: Probe) -> str:
 
 def holders(chunks: Sequence[Chunk], probes: Sequence[Probe]) -> list[int | None]:
     """Index of the chunk holding each probe whole, or None when a boundary cuts it (overlapping candidates: the
-    first chunk that holds it)."""
+    last-starting chunk that holds it)."""
     starts = [c.start for c in chunks]
     out: list[int | None] = []
     for p in probes:

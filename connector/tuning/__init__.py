@@ -29,16 +29,24 @@ def run_tune(
     from connector.tuning import table, weights
 
     found, _ids, embedder_setting = find_sources(settings, dsn, records, docs)
-    sources = [table.Source(_name(r.key), None, r.path.read_bytes(), r.mime) for r in found.selection.refs]
+    sources: list[table.Source] = []
+    unreadable: list[str] = []
+    for ref in found.selection.refs:
+        try:
+            sources.append(table.Source(_name(ref.key), "folder", None, ref.path.read_bytes(), ref.mime))
+        except OSError as exc:  # moved or deleted since it was ingested
+            unreadable.append(f"{_name(ref.key)} ({exc.strerror or exc})")
     sources += [
-        table.Source(_name(d.source_key), d.title, d.content_bytes or (d.content or "").encode(), d.mime_type or "")
+        table.Source(
+            _name(d.source_key), d.source, d.title, d.content_bytes or (d.content or "").encode(), d.mime_type or ""
+        )
         for d in found.rows
     ]
     wanted = [r for r in records if r.doc not in found.missing]
     embedder = CachingEmbedder(load(embedder_setting, settings.embed_batch_size))
     rows, skipped = table.build(settings, embedder, sorted(sources, key=lambda s: s.name), wanted, k, progress)
     used = [m for m in metrics.METRICS if any(r.metrics.get(m) is not None for r in rows)]
-    missing = found.missing + [f"{name} ({reason})" for name, reason in skipped]
+    missing = found.missing + unreadable + [f"{name} ({reason})" for name, reason in skipped]
     if len({r.doc for r in rows}) < 2:
         raise FatalError(f"tuning needs questions on at least two documents; {len({r.doc for r in rows})} usable")
     return weights.tune(rows, used, folds), missing

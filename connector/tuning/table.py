@@ -35,6 +35,7 @@ class Source:
     """One QA document's bytes."""
 
     name: str  # the file name the QA records use
+    source: str  # folder, sql, table: decides the title the writer gives it (`pipeline.document_title`)
     title: str | None
     data: bytes
     mime_type: str
@@ -74,7 +75,7 @@ def build(
         except DocumentError as exc:  # the document would fail in the sidecar too: it cannot teach anything
             skipped.append((source.name, str(exc)))
             continue
-        title = document_title(SourceDocument(0, "folder", source.name, source.title, b"", "", ""), document)
+        title = document_title(SourceDocument(0, source.source, source.name, source.title, b"", "", ""), document)
         prepared.append(_prepare(source.name, document, scored, today.candidate.strategy, embedder, settings, title))
     questions = embedder.embed([r.question for r in records]).vectors if records else np.zeros((0, embedder.dim))
     return _judge(prepared, records, questions, k), skipped

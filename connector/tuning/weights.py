@@ -81,9 +81,10 @@ def score(metrics: dict[str, float | None], weights: dict[str, float]) -> float 
     return sum(w * v for w, v in defined) / total if total else None
 
 
-def choose(rows: Sequence[Row], weights: dict[str, float]) -> Row:
-    """The row selection would pick: highest score, ties to the first (the configured order)."""
-    best, best_score = rows[0], -math.inf
+def choose(rows: Sequence[Row], weights: dict[str, float]) -> Row | None:
+    """The row selection would pick: highest score, ties to the first (the configured order); None when no
+    candidate has a score under these weights — the sidecar would fail that document (`select.choose`)."""
+    best, best_score = None, -math.inf
     for row in rows:
         s = score(row.metrics, weights)
         if s is not None and s > best_score:
@@ -92,8 +93,10 @@ def choose(rows: Sequence[Row], weights: dict[str, float]) -> Row:
 
 
 def quality(by_doc: dict[str, list[Row]], docs: Sequence[str], weights: dict[str, float]) -> tuple[float, float]:
+    """Mean recall and MRR of the chosen candidates; a document these weights cannot score retrieves nothing."""
     chosen = [choose(by_doc[d], weights) for d in docs]
-    return statistics.fmean(r.recall for r in chosen), statistics.fmean(r.mrr for r in chosen)
+    return (statistics.fmean(r.recall if r else 0.0 for r in chosen),
+            statistics.fmean(r.mrr if r else 0.0 for r in chosen))  # fmt: skip
 
 
 def grid(metrics: Sequence[str], steps: int = GRID) -> list[dict[str, float]]:
@@ -126,6 +129,8 @@ def tune(rows: Sequence[Row], metrics: Sequence[str], folds: int = 5, repeats: i
     docs = sorted(by_doc)
     if len(docs) < 2:
         raise ValueError("tuning needs questions on at least two documents")
+    if folds < 2 or repeats < 1:
+        raise ValueError("tuning needs at least two folds and one shuffle")
     rng = random.Random(seed)
     k = min(folds, len(docs))
     candidates = grid(metrics)
