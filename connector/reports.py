@@ -215,9 +215,10 @@ def why(rows: list[StoredCandidate], weights: dict[str, float]) -> list[str]:
     if not others:
         return [f"{winner.strategy} won unopposed: it was the only candidate with chunks"]
     runner = others[0]
-    lines = [f"{winner.strategy} won with {winner.score:.3f}, ahead of {runner.strategy} ({runner.score:.3f}) by "
-             f"{winner.score - runner.score:.3f}" + (" (a tie, broken by the configured order)"
-                                                    if winner.score == runner.score else "") + "."]  # fmt: skip
+    margin = winner.score - runner.score
+    f = ".3f" if margin >= 0.001 or margin == 0 else ".5f"  # a hair's breadth is shown as one
+    lines = [f"{winner.strategy} won with {winner.score:{f}}, ahead of {runner.strategy} ({runner.score:{f}}) by "
+             f"{margin:{f}}" + (" (a tie, broken by the configured order)" if margin == 0 else "") + "."]  # fmt: skip
     mine, theirs = contributions(winner, weights), contributions(runner, weights)
     recomputed = sum(mine.values()) - sum(theirs.values())
     if abs(recomputed - (winner.score - runner.score)) > 1e-6:
