@@ -182,7 +182,9 @@ def test_unknown_strategy_is_a_configuration_error() -> None:
     with pytest.raises(ValidationError, match="unknown chunking strategy 'nope'"):
         ChunkingSettings(strategies=("page", "nope"))
     with pytest.raises(ValidationError, match="two strategies share a name"):
-        ChunkingSettings(strategies=("recursive_600", {"kind": "recursive", "max_tokens": 600}))
+        ChunkingSettings(
+            strategies=("recursive_600", {"kind": "recursive", "max_tokens": 700, "name": "recursive_600"})
+        )
     with pytest.raises(ValidationError, match="overlap must be smaller than size"):
         ChunkingSettings(strategies=({"kind": "token_window", "size": 50, "overlap": 50},))
 
