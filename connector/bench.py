@@ -79,7 +79,7 @@ def _arm_child(settings: Settings, dsn: str, paths: list[str], name: str, out: m
 
 def _arm(settings: Settings, dsn: str, paths: list[str], name: str, out: mp.Queue) -> None:
     selection = select([Path(p) for p in paths])
-    embedder = load(settings.embedder, settings.embed_batch_size)
+    embedder = load(settings.embedder, settings.embed)
     with scratch_database(dsn, f"bench_{name}") as scratch:
         migrate(scratch, embedder.dim)
         with connect(scratch, autocommit=True) as conn:
@@ -106,7 +106,7 @@ def _arm(settings: Settings, dsn: str, paths: list[str], name: str, out: mp.Queu
 def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop) -> None:
     from connector import sidecar
 
-    pipeline = Pipeline(settings, load(settings.embedder, settings.embed_batch_size))
+    pipeline = Pipeline(settings, load(settings.embedder, settings.embed))
     ready.put(True)
     try:
         sidecar.run(settings, dsn, lambda: pipeline, stop, watch=False)

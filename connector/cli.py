@@ -67,7 +67,8 @@ DsnOption = Annotated[
 ]
 NO_MIGRATE_HELP = "Never change the schema (a runtime role may not): refuse to start unless it is current."
 EmbedderOption = Annotated[
-    str | None, typer.Option("--embedder", help="minilm (default) or fake (deterministic, for tests and benchmarks).")
+    str | None,
+    typer.Option("--embedder", help="minilm (default), openai (CONNECTOR_EMBED_*), or fake (deterministic, tests)."),
 ]
 
 
@@ -152,25 +153,53 @@ def _prepare(settings: Settings, dsn: str, *, no_migrate: bool = False):
     return _pipelines(settings, dsn, no_migrate=no_migrate)()
 
 
-def _pipelines(settings: Settings, dsn: str, *, no_migrate: bool = False):
+class _Pipelines:
+    """A factory of pipelines sharing one loaded embedder and metrics resources; each pipeline has its own embedding
+    cache connection. `close()` stops the embedder's background work (a remote client's dispatcher)."""
+
+    def __init__(self, settings: Settings, dsn: str, embedder, resources) -> None:
+        self.settings, self.dsn, self.embedder, self.resources = settings, dsn, embedder, resources
+
+    def __call__(self):
+        from connector.db.embeddings import CacheTable
+        from connector.embedders import spec_of
+        from connector.embedders.cache import PersistentCache
+        from connector.pipeline import Pipeline
+
+        cached = None
+        if self.settings.embed.cache:
+            cached = PersistentCache(self.embedder, CacheTable(self.dsn), spec_of(self.embedder).cache_key)
+        return Pipeline(self.settings, self.embedder, self.resources, cached)
+
+    def close(self) -> None:
+        from connector.embedders import close
+
+        close(self.embedder)
+
+
+def _pipelines(settings: Settings, dsn: str, *, no_migrate: bool = False) -> _Pipelines:
     """Migrate (or, with `no_migrate`, check that the schema is current), load the embedder, check it against the
     database; returns a factory of pipelines sharing it."""
+    from connector import embedders
     from connector.db.database import connect, ensure_embedding_model, migrate, require_migrated
-    from connector.embedders import embedder_class, load
-    from connector.pipeline import Pipeline
 
+    spec = embedders.spec_of_settings(settings)
+    embedder = None
+    if spec.dim is None:  # only the endpoint knows (one short request); everything else is checked before loading
+        embedder = embedders.load(settings.embedder, settings.embed)
+        spec = embedders.spec_of(embedder)
     if no_migrate:
         require_migrated(dsn)
     else:
-        migrate(dsn, settings.embedding_dim)
+        migrate(dsn, spec.dim)
     with connect(dsn) as conn:
         # Checked before the model is loaded: a mismatch stops at once, having written nothing.
-        ensure_embedding_model(conn, embedder_class(settings.embedder))
+        ensure_embedding_model(conn, spec)
     from connector.metrics import Resources
 
-    embedder = load(settings.embedder, settings.embed_batch_size)
+    embedder = embedder or embedders.load(settings.embedder, settings.embed)
     resources = Resources.load(settings, embedder)  # before "running": the first start builds the metrics model
-    return lambda: Pipeline(settings, embedder, resources)
+    return _Pipelines(settings, dsn, embedder, resources)
 
 
 @app.command()
@@ -222,7 +251,10 @@ def run(
                     f"[green]connector running[/green] ({settings.workers} worker(s)); drop {where}\n"
                     f"query the chunks with: {psql_command(url)}"
                 )
-            sidecar.run(settings, url, pipelines, stop, watch=not no_watch, once=once)
+            try:
+                sidecar.run(settings, url, pipelines, stop, watch=not no_watch, once=once)
+            finally:
+                pipelines.close()
     except KeyboardInterrupt:
         console.print("stopped at once")  # what went back to the queue is logged by the sidecar, row by row
         _exit_now_if_busy(130)
@@ -267,8 +299,11 @@ def ingest(
         console.print(f"[red]error:[/red] several files would share the key {keys}: ingest them separately")
         raise typer.Exit(2)
     with _errors(), database(settings) as url:
-        pipeline = _prepare(settings, url, no_migrate=no_migrate)
-        with connect(url, autocommit=True) as conn:
+        pipelines = _pipelines(settings, url, no_migrate=no_migrate)
+        pipeline = pipelines()
+        with contextlib.ExitStack() as cleanup, connect(url, autocommit=True) as conn:
+            cleanup.callback(pipelines.close)
+            cleanup.callback(pipeline.close)
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
             with Progress(*columns, console=console) as progress:
                 task = progress.add_task("ingesting", total=len(selection.refs))
@@ -311,7 +346,8 @@ def search(
 
     from connector import search as searching
     from connector.db.database import connect, database, require_migrated
-    from connector.embedders import embedder_class, load
+    from connector.embedders import close, load
+    from connector.search.models import ActiveModel
 
     _logging(False, quiet=True)
     try:
@@ -327,15 +363,17 @@ def search(
     settings = _settings(dsn, embedder=embedder)
     with _errors():
         if print_vector:
-            model = load(settings.embedder, settings.embed_batch_size)
-            print(searching.vector_literal(searching.query_vector(model, question)))
+            model = load(settings.embedder, settings.embed)
+            try:
+                print(searching.vector_literal(searching.query_vector(model, question)))
+            finally:
+                close(model)
             return
         with database(settings) as url:
             require_migrated(url)
-            with connect(url) as conn:
-                searching.check_model(conn, embedder_class(settings.embedder))
-                model = load(settings.embedder, settings.embed_batch_size)
-                results = searching.search(conn, model, question, k=k, hybrid=hybrid, filter=filters, context=context)
+            models = ActiveModel(settings)  # the database's own model, whatever CONNECTOR_EMBEDDER says
+            with connect(url) as conn, contextlib.closing(models):
+                results = searching.search(conn, models, question, k=k, hybrid=hybrid, filter=filters, context=context)
     if as_json:
         print(json.dumps([reports.search_row(r) for r in results], indent=2, ensure_ascii=False))
     else:
@@ -357,6 +395,97 @@ def migrate(
     with _errors(), database(settings) as url:
         run_migrations(url, settings.embedding_dim, revision, downgrade=down)
         console.print(f"{'downgraded' if down else 'migrated'} {redact(url)} to {revision}")
+
+
+@app.command()
+def reembed(
+    embedder: EmbedderOption = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="openai: the model name (CONNECTOR_EMBED_MODEL).")
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="openai: the endpoint (CONNECTOR_EMBED_BASE_URL).")
+    ] = None,
+    dimensions: Annotated[
+        int | None, typer.Option("--dimensions", min=1, help="openai: vector length to ask for.")
+    ] = None,
+    switch: Annotated[bool, typer.Option("--switch", help="Make the standby model the active one (or back).")] = False,
+    drop: Annotated[bool, typer.Option("--drop", help="Discard the standby model's vectors.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the cost estimate only.")] = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Move the database to another embedding model without downtime: build its vectors beside the active ones
+    (resumable), then --switch atomically; --switch again goes back until --drop."""
+    from rich.progress import Progress
+
+    from connector import embedders
+    from connector import reembed as moving
+    from connector.db import embeddings
+    from connector.db.database import connect, database, require_migrated
+
+    _logging(False, quiet=True)
+    if sum([switch, drop, any(v is not None for v in (embedder, model, base_url, dimensions))]) > 1:
+        raise typer.BadParameter("--switch, --drop and a model to build are separate steps: one at a time")
+    settings = _settings(dsn, embedder=embedder)
+    embed = {k: v for k, v in {"model": model, "base_url": base_url, "dimensions": dimensions}.items() if v is not None}
+    if embed:
+        settings = settings.model_copy(update={"embed": settings.embed.model_copy(update=embed)})
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with _errors(), database(settings) as url:
+        require_migrated(url)
+        with connect(url, autocommit=True) as conn:
+            slots = embeddings.models(conn)
+        if drop:
+            gone = embeddings.drop_standby_at(url)
+            console.print(f"dropped {gone.spec.describe()}" if gone else "no standby model to drop")
+            return
+        if switch:
+            with Progress(*columns, console=console) as progress:
+                task = progress.add_task("catching up", total=None)
+                old, new = moving.switch(url, settings, lambda d, t: progress.update(task, completed=d, total=t))
+            console.print(
+                f"[green]switched[/green]: searches now use {new.describe()}; {old.describe()} is kept as the standby "
+                f"(`connector reembed --switch` goes back, `--drop` discards it).\n"
+                f"Start the sidecar with {embeddings.env_for(new)}: one still running with the old model stops at "
+                "its next write, having written nothing."
+            )
+            return
+        if embedder is None and not embed:
+            _print_models(slots)
+            return
+        spec = embedders.spec_of_settings(settings)
+        if spec.dim is not None or dry_run:
+            est = moving.estimate(url, settings, spec)
+            _print_estimate(spec, est)
+            if dry_run:
+                return
+        loaded = embedders.load(settings.embedder, settings.embed)
+        try:
+            if spec.dim is None:
+                _print_estimate(embedders.spec_of(loaded), moving.estimate(url, settings, embedders.spec_of(loaded)))
+            with Progress(*columns, console=console) as progress:
+                task = progress.add_task("embedding", total=None)
+                n = moving.build(url, settings, loaded, lambda d, t: progress.update(task, completed=d, total=t))
+        finally:
+            embedders.close(loaded)
+        console.print(
+            f"[green]built[/green] {embedders.spec_of(loaded).describe()} beside the active model ({n} chunks "
+            "embedded by this run); searches still use the active one. Next: `connector reembed --switch`."
+        )
+
+
+def _print_models(slots) -> None:
+    if not slots:
+        console.print("no embedding model recorded yet")
+    for slot, row in slots.items():
+        console.print(f"{slot}: {row.spec.describe()}, {row.state}")
+
+
+def _print_estimate(spec, est) -> None:
+    console.print(
+        f"{spec.describe()}: {est.to_embed} of {est.chunks} chunks to embed, {est.tokens} tokens in all "
+        f"({est.encoding}); {est.cached} texts already in the embedding cache (not sent again)"
+    )
 
 
 @app.command()

@@ -61,10 +61,21 @@ def _fill(part: str, title: str | None, section_path: tuple[str, ...]) -> str:
 
 def _in_document(window, chunk: Chunk, prefix_len: int) -> EmbeddedWindow:
     """A window's span in the embedded text → its span in the document (the heading prefix is not in it)."""
-    size = chunk.end - chunk.start
-    start = min(max(window.start - prefix_len, 0), size)
-    end = min(max(window.end - prefix_len, start), size)
-    return EmbeddedWindow(chunk.start + start, chunk.start + end, window.vector)
+    start, end = document_span(window.start, window.end, chunk.start, chunk.end, prefix_len)
+    return EmbeddedWindow(start, end, window.vector)
+
+
+def document_span(start: int, end: int, chunk_start: int, chunk_end: int, prefix_len: int) -> tuple[int, int]:
+    size = chunk_end - chunk_start
+    a = min(max(start - prefix_len, 0), size)
+    b = min(max(end - prefix_len, a), size)
+    return chunk_start + a, chunk_start + b
+
+
+def embedding_text(template: str, title: str | None, section_path: tuple[str, ...], text: str) -> tuple[str, int]:
+    """What the model reads for a stored chunk, and the length of the heading before its text."""
+    prefix = heading_prefix(template, title, section_path)
+    return prefix + text + suffix(template, title, section_path), len(prefix)
 
 
 _TYPE_BY_KIND = {"table": "table", "list": "list", "code": "code"}

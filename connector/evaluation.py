@@ -18,12 +18,12 @@ import psycopg
 from psycopg.rows import class_row
 
 from connector import qa
-from connector.db import queries
+from connector.db import embeddings, queries
 from connector.db.database import connect, ensure_embedding_model, migrate
-from connector.db.rows import ChunkStats, DoneDocument, EmbeddingModel, NearestChunk, StrategyWins
+from connector.db.rows import ChunkStats, DoneDocument, NearestChunk, StrategyWins
 from connector.db.scratch import scratch_database
 from connector.db.store import Store
-from connector.embedders import Embedder, embedder_class, load
+from connector.embedders import Embedder, ModelSpec, load
 from connector.embedders.cache import CachingEmbedder
 from connector.errors import FatalError
 from connector.ingest import Selection, ingest, select
@@ -96,27 +96,23 @@ def sources_from_database(conn: psycopg.Connection, names: set[str]) -> tuple[So
 
 def find_sources(
     settings: Settings, dsn: str, records: list[qa.QARecord], docs: Path | None
-) -> tuple[Sources, list[int], str]:
+) -> tuple[Sources, list[int], Settings]:
     """The QA's documents — from the folder `docs`, else as stored in the database (with their ids) — and the
-    embedder setting to judge them with (the database's own model when they are stored)."""
+    settings to judge them with (with the database's own model when they are stored)."""
     names = {r.doc for r in records}
     with connect(dsn, autocommit=True) as conn:
         if docs is None:
             sources, ids = sources_from_database(conn, names)
-            return sources, ids, stored_embedder(conn)
-    return sources_from_folder(docs, names), [], settings.embedder
+            return sources, ids, settings.for_model(stored_model(conn))
+    return sources_from_folder(docs, names), [], settings
 
 
-def stored_embedder(conn: psycopg.Connection) -> str:
-    """The setting name of the embedder a database's vectors were made with."""
-    with conn.cursor(row_factory=class_row(EmbeddingModel)) as cur:
-        model = cur.execute(queries.SELECT_EMBEDDING_MODEL).fetchone()
+def stored_model(conn: psycopg.Connection) -> ModelSpec:
+    """The model a database's vectors were made with (its active one)."""
+    model = embeddings.active(conn)
     if model is None:
         raise FatalError("this database has no embeddings yet: ingest the QA documents first, or pass --docs")
-    for setting in ("minilm", "fake"):
-        if embedder_class(setting).name == model.name:
-            return setting
-    raise FatalError(f"the database's embedding model {model.name!r} is not one this connector can load")
+    return model.spec
 
 
 def retrieve(conn: psycopg.Connection, embedder: Embedder, records: list[qa.QARecord], ids: list[int], k: int):
@@ -195,8 +191,8 @@ def run_eval(
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> tuple[list[RunResult], list[str]]:
     """Results of the adaptive run, then each forced strategy, then the baseline; and the QA documents not found."""
-    sources, user_ids, embedder_setting = find_sources(settings, dsn, records, docs)
-    embedder = CachingEmbedder(load(embedder_setting, settings.embed_batch_size))
+    sources, user_ids, judged = find_sources(settings, dsn, records, docs)
+    embedder = CachingEmbedder(load(judged.embedder, judged.embed))
     wanted = [r for r in records if r.doc not in sources.missing]
 
     forced: list[RunResult] = []

@@ -26,7 +26,7 @@ def run(path: Path, settings: Settings, model: str) -> dict:
     candidates.shutdown_pool()
     settings = settings.model_copy(update={"metrics": settings.metrics.model_copy(update={"model": model})})
     t0 = time.perf_counter()
-    embedder = load(settings.embedder, settings.embed_batch_size) if model == "same" else None
+    embedder = load(settings.embedder, settings.embed) if model == "same" else None
     resources = Resources.load(settings, embedder)
     load_s = time.perf_counter() - t0
     timer = Timer()

@@ -8,6 +8,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from connector.embedders.base import ModelSpec
+
 
 @dataclass(frozen=True, slots=True)
 class SourceDocument:
@@ -141,3 +143,5 @@ class Outcome:
     chunks: tuple[EmbeddedChunk, ...]
     timings: dict[str, float] = field(default_factory=dict, hash=False, compare=False)  # stage → milliseconds
     title: str | None = None  # the document's title as stored (see `pipeline.document_title`)
+    embedding: dict[str, int] | None = field(default=None, hash=False, compare=False)  # {"embedded", "cached"} chunks
+    model: ModelSpec | None = None  # the model that embedded the chunks; the writer checks it is the active one

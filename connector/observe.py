@@ -3,7 +3,9 @@
 - metrics: `connector_documents_total{outcome}` (done, unchanged, failed, retry, superseded),
   `connector_stage_seconds{stage}` (convert, candidates, guards, each metric, select, embed, write),
   `connector_queue_documents{state}` (ready, backing_off, processing, done, failed; read from the database at
-  scrape time), `connector_database_up`, `connector_workers_alive`.
+  scrape time), `connector_database_up`, `connector_workers_alive`, and the embedder's (connector.counters):
+  `connector_embed_requests_total`, `_inputs_total`, `_tokens_total`, `_failures_total{kind}`,
+  `connector_embed_cache_total{result}` (hit, miss).
 - health: `{"status": "ok", ...}` while every worker thread and the folder watcher are alive and the database
   answers, else `"status": "degraded"` with the `problems` in words.
 """
@@ -12,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import Counter, Gauge, Histogram, generate_latest
 
 from connector import secrets
+from connector.counters import REGISTRY
 from connector.db.database import connect
 from connector.db.store import Store
 
-REGISTRY = CollectorRegistry()
 DOCUMENTS = Counter("connector_documents", "Documents processed, by outcome", ["outcome"], registry=REGISTRY)
 STAGE_SECONDS = Histogram(
     "connector_stage_seconds",

@@ -10,7 +10,7 @@ from pathlib import PurePosixPath
 from connector import candidates, chunkers, metrics
 from connector.convert import convert
 from connector.embed import embed_winner
-from connector.embedders import Embedder
+from connector.embedders import Embedder, spec_of
 from connector.models import Document, Outcome, SourceDocument
 from connector.select import choose
 from connector.settings import Settings
@@ -18,9 +18,18 @@ from connector.timing import Timer
 
 
 class Pipeline:
-    def __init__(self, settings: Settings, embedder: Embedder, resources: metrics.Resources | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        embedder: Embedder,
+        resources: metrics.Resources | None = None,
+        chunk_embedder: Embedder | None = None,
+    ):
         self.settings = settings
         self.embedder = embedder
+        # What embeds the winning chunks: the model itself, or the model behind the embedding cache
+        # (`embedders.cache.PersistentCache`, one per pipeline: it holds a connection of its own).
+        self.chunk_embedder = chunk_embedder or embedder
         self.chunkers = chunkers.build(settings.chunking)
         # Shared by the pipelines of one process's workers, so each must be safe to call from several threads: the
         # coreference heuristic keeps no state between calls, the static model keeps one copy per thread, and the
@@ -39,9 +48,17 @@ class Pipeline:
             winner = choose(scored)
         title = document_title(source, document)
         with timer("embed"):
-            chunks = embed_winner(document, winner.candidate, self.embedder, self.settings.embed_template, title)
+            chunks = embed_winner(document, winner.candidate, self.chunk_embedder, self.settings.embed_template, title)
         self.totals.add(timer.ms)
-        return Outcome(document, scored, winner, chunks, dict(timer.ms), title)
+        cache = getattr(self.chunk_embedder, "last", None)
+        return Outcome(document, scored, winner, chunks, dict(timer.ms), title, dict(cache) if cache else None,
+                       spec_of(self.embedder))  # fmt: skip
+
+    def close(self) -> None:
+        """Close the embedding cache's connection (the model itself is shared, and closed by its owner)."""
+        store = getattr(self.chunk_embedder, "store", None)
+        if store is not None:
+            store.close()
 
 
 def document_title(source: SourceDocument, document: Document) -> str | None:

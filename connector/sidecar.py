@@ -119,7 +119,7 @@ def _health_server(
         return found
 
     health = Health(dsn, lambda: sum(w.is_alive() for w in workers), len(workers), problems)
-    server = HttpServer(settings.http_host, settings.http_port, health, dsn, workers[0].pipeline.embedder)
+    server = HttpServer(settings.http_host, settings.http_port, health, dsn, workers[0].pipeline.embedder, settings)
     server.start()
     return server
 
@@ -173,6 +173,12 @@ class _WorkerThread(threading.Thread):
         self.fatal: FatalError | None = None
 
     def run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self.pipeline.close()  # its embedding cache connection
+
+    def _loop(self) -> None:
         backoff = 1.0
         while not self.stop.is_set():
             try:

@@ -30,7 +30,8 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     through CONNECTOR_MODELS_DIR; a temporary folder, never the user's ./.connector."""
     from connector.metrics.vectors import static_model_path
 
-    path = tmp_path_factory.mktemp("models")
+    # CONNECTOR_TEST_MODELS_DIR: a folder kept between local runs (built there on first use)
+    path = Path(os.environ.get("CONNECTOR_TEST_MODELS_DIR") or tmp_path_factory.mktemp("models"))
     static_model_path(path)  # built here, once: no test's time budget pays for it
     previous = os.environ.get("CONNECTOR_MODELS_DIR")
     os.environ["CONNECTOR_MODELS_DIR"] = str(path)

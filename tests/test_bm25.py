@@ -26,8 +26,8 @@ def _ingest(settings: Settings, rows: list[tuple[str, str]]) -> None:
                 "ON CONFLICT (source, source_key) DO UPDATE SET content = excluded.content, status = 'pending'",
                 (key, text),
             )
-        ensure_embedding_model(conn, load("fake", 32))
-        Worker(conn, Pipeline(settings, load("fake", 32)), []).drain(threading.Event())
+        ensure_embedding_model(conn, load("fake"))
+        Worker(conn, Pipeline(settings, load("fake")), []).drain(threading.Event())
 
 
 def _text_ranking(dsn: str, question: str, k: int = 3) -> list[str]:
@@ -85,7 +85,7 @@ def test_postings_follow_the_chunks_when_replaced_or_deleted(settings: Settings)
 def test_a_question_of_stop_words_only_is_ranked_by_vectors(settings: Settings) -> None:
     dsn = settings.dsn.get_secret_value()
     _ingest(settings, [("a", "Walruses sleep on the ice."), ("b", "Penguins swim in cold water.")])
-    vector = load("fake", 32).embed(["penguins swim"]).vectors[0]
+    vector = load("fake").embed(["penguins swim"]).vectors[0]
     with psycopg.connect(dsn) as conn:
         register_vector(conn)
         rows = conn.execute("SELECT source_key FROM connector.search(%s, 'the of and', 2)", (vector,)).fetchall()

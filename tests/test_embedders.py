@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from connector.embedders import dimension_of, load
+from connector.embedders import load, spec
 from connector.errors import FatalError
 
 
@@ -21,7 +21,7 @@ def test_fake_embedder_is_deterministic_unit_length_and_word_sensitive() -> None
 
 def test_unknown_embedder_is_a_configuration_error() -> None:
     with pytest.raises(FatalError, match="unknown embedder"):
-        dimension_of("word2vec")
+        spec("word2vec")
 
 
 @pytest.fixture(scope="module")

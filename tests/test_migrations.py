@@ -9,7 +9,8 @@ from connector.db.database import connect, ensure_embedding_model, migrate
 from connector.embedders import load
 from connector.errors import EmbeddingModelMismatch
 
-TABLES = {"documents", "chunks", "chunk_windows", "chunk_terms", "candidates", "embedding_model", "watched_tables"}
+TABLES = {"documents", "chunks", "chunk_windows", "chunk_terms", "candidates", "embedding_models", "embedding_cache",
+          "watched_tables"}  # fmt: skip
 
 
 def tables(dsn: str) -> set[str]:
@@ -49,11 +50,14 @@ def test_embedding_model_is_recorded_and_a_mismatch_refused(dsn: str) -> None:
         name = "other-model"
         dim = 768
 
-    with connect(dsn) as conn, pytest.raises(EmbeddingModelMismatch, match=r"384-dimensional.*other-model \(768"):
+    with (
+        connect(dsn) as conn,
+        pytest.raises(EmbeddingModelMismatch, match=r"fake-bow-384 \(384 dim.*other-model \(768 dim.*reembed"),
+    ):
         ensure_embedding_model(conn, Wider())
 
 
-def test_dimension_mismatch_on_a_fresh_database_writes_nothing(dsn: str) -> None:
+def test_a_fresh_database_takes_the_first_models_dimension_and_one_with_chunks_refuses(dsn: str) -> None:
     migrate(dsn, 384)
 
     class Wider:
@@ -61,6 +65,41 @@ def test_dimension_mismatch_on_a_fresh_database_writes_nothing(dsn: str) -> None
         dim = 768
 
     with connect(dsn) as conn:
-        with pytest.raises(EmbeddingModelMismatch):
-            ensure_embedding_model(conn, Wider())
+        ensure_embedding_model(conn, Wider())  # migrated before any model was known: nothing stored yet
+        dims = conn.execute(
+            "SELECT attrelid::regclass::text, atttypmod FROM pg_attribute WHERE attname = 'embedding' "
+            "AND attrelid IN ('connector.chunks'::regclass, 'connector.chunk_windows'::regclass) ORDER BY 1"
+        ).fetchall()
+        assert dims == [("connector.chunk_windows", 768), ("connector.chunks", 768)]
+        assert conn.execute("SELECT name, dim FROM connector.embedding_model").fetchall() == [("other-model", 768)]
+        assert conn.execute(
+            "SELECT count(*) FROM pg_indexes "
+            "WHERE indexname IN ('chunks_embedding_hnsw', 'chunk_windows_embedding_hnsw')"
+        ).fetchone() == (2,)
+        conn.execute("DELETE FROM connector.embedding_models")
+        doc = conn.execute("INSERT INTO connector.documents (source_key, content) VALUES ('d', 'x') RETURNING id")
+        conn.execute(
+            "INSERT INTO connector.chunks (document_id, ordinal, text, token_count, start_char, end_char, embedding, "
+            "strategy) VALUES (%s, 0, 'x', 1, 0, 1, %s::vector, 'page')",
+            (doc.fetchone()[0], "[" + ",".join(["0.1"] * 768) + "]"),
+        )
+        conn.commit()
+        with pytest.raises(EmbeddingModelMismatch, match="768-dimensional embeddings of an unrecorded model"):
+            ensure_embedding_model(conn, load("fake"))
         assert conn.execute("SELECT count(*) FROM connector.embedding_model").fetchone() == (0,)
+
+
+def test_a_model_recorded_before_0010_becomes_the_active_one(dsn: str) -> None:
+    migrate(dsn, 384, "0009")
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO connector.embedding_model (name, dim) VALUES ('sentence-transformers/all-MiniLM-L6-v2', 384)"
+        )
+    migrate(dsn, 384)
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT slot, provider, name, dim, state FROM connector.embedding_models").fetchall()
+        assert rows == [("active", "minilm", "sentence-transformers/all-MiniLM-L6-v2", 384, "ready")]
+        assert conn.execute("SELECT name, dim FROM connector.embedding_model").fetchall() == [rows[0][2:4]]
+    migrate(dsn, 384, "0009", downgrade=True)
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT name, dim FROM connector.embedding_model").fetchall() == [rows[0][2:4]]

@@ -86,7 +86,7 @@ def test_the_pipeline_stores_each_window_with_its_span_and_vector(settings: Sett
     """A real document through the real pipeline and MiniLM: each chunk's windows lie inside it, in order, as many
     as `embed_windows` says; a one-window chunk's window vector is the chunk's vector; a long chunk's windows
     differ from each other and from the mean. With a heading template, the spans are still in the document."""
-    minilm = load("minilm", 32)
+    minilm = load("minilm")
     chunking = settings.chunking.forced("recursive_1100")
     text = (FIXTURES / "dockerfile-reference.md").read_text()
     for template in ("{text}", "{heading}\n\n{text}"):
@@ -210,7 +210,7 @@ def test_the_readmes_reembed_statement_re_embeds_stored_documents(settings: Sett
 
     assert REEMBED in (Path(__file__).parents[1] / "README.md").read_text()
     dsn = settings.dsn.get_secret_value()
-    fake = load("fake", 32)
+    fake = load("fake")
     text = "## Volumes\n\nDocker volumes keep data outside the container, and survive its removal.\n"
 
     def drain(template: str) -> list:

@@ -70,7 +70,7 @@ def test_the_static_metrics_model_is_safe_to_share_between_worker_threads(models
 def test_the_minilm_storage_embedder_is_safe_to_share_between_worker_threads() -> None:
     from connector.embedders.minilm import MiniLMEmbedder
 
-    embedder = MiniLMEmbedder(batch_size=4)
+    embedder = MiniLMEmbedder(batch_size=4, device="cpu")
     texts = [_text(i, 20 + 150 * (i % 3)) for i in range(8)]  # some need several 256-token windows
     serial = embedder.embed(texts).vectors
     errors, results = _hammer(lambda t: embedder.embed(t).vectors, texts, threads=3, rounds=2)

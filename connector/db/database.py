@@ -10,13 +10,11 @@ from pathlib import Path
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.rows import class_row
 
 from connector import secrets
-from connector.db import queries
-from connector.db.rows import EmbeddingModel
-from connector.embedders import Embedder
-from connector.errors import EmbeddingModelMismatch, FatalError, TransientError
+from connector.db import embeddings, queries
+from connector.embedders import Embedder, ModelSpec
+from connector.errors import FatalError, TransientError
 from connector.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -208,27 +206,12 @@ def _migration_error(dsn: str, exc: BaseException) -> FatalError | TransientErro
     return FatalError(f"cannot migrate {redact(dsn)}: {reason}")
 
 
-def ensure_embedding_model(conn: psycopg.Connection, embedder: Embedder | type) -> None:
-    """Record the embedding model on first use; refuse, writing nothing, when the database serves another one."""
-    try:
-        column_dim = conn.execute(queries.EMBEDDING_COLUMN_DIM).fetchone()
-    except psycopg.errors.UndefinedTable as exc:
-        raise FatalError("the connector schema is missing: run `connector migrate` first") from exc
-    if column_dim is None:
-        raise FatalError("connector.chunks has no embedding column: run `connector migrate` first")
-    with conn.cursor(row_factory=class_row(EmbeddingModel)) as cur:
-        row = cur.execute(queries.SELECT_EMBEDDING_MODEL).fetchone()
-    name, dim = (row.name, row.dim) if row else (None, column_dim[0])
-    if dim != embedder.dim or (name is not None and name != embedder.name):
-        conn.rollback()
-        raise EmbeddingModelMismatch(
-            f"this database stores {dim}-dimensional embeddings from {name or 'an unrecorded model'}, but the "
-            f"configured embedder is {embedder.name} ({embedder.dim} dimensions). Vectors of different models "
-            "cannot be compared: point --dsn/CONNECTOR_DSN at another database, or change CONNECTOR_EMBEDDER back."
-        )
-    if row is None:
-        conn.execute(queries.INSERT_EMBEDDING_MODEL, (embedder.name, embedder.dim))
-    conn.commit()
+def ensure_embedding_model(conn: psycopg.Connection, embedder: Embedder | ModelSpec) -> None:
+    """Record the embedding model on first use; refuse, writing nothing, when the database's active model is
+    another (the message says how to configure that one, or how to move the database to this one)."""
+    from connector.embedders import spec_of
+
+    embeddings.ensure_active(conn, embedder if isinstance(embedder, ModelSpec) else spec_of(embedder))
 
 
 def psql_command(dsn: str) -> str:

@@ -11,7 +11,7 @@ import psycopg
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from connector.db import queries
+from connector.db import embeddings, queries
 from connector.db.rows import (
     DocumentKey,
     Failure,
@@ -218,6 +218,10 @@ class Store:
         doc_id = row.id
         n = len(outcome.chunks)
         with self.conn.transaction():
+            if outcome.model is not None:  # no switch of models while this runs; and none happened since the start
+                current = embeddings.hold_shared(self.conn)
+                if current is not None and not embeddings.same_space(current.spec, outcome.model):
+                    raise embeddings.mismatch(current, outcome.model)
             locked = self.conn.execute(queries.LOCK_DOCUMENT, (doc_id,)).fetchone()
             if locked is None or locked[0] != row.attempts:
                 return False

@@ -1,30 +1,83 @@
-"""Embedding models by setting name. Heavy imports (torch) happen only when a real model is instantiated, so the
-model's identity (name, dimension) can be checked against the database before paying for the load."""
+"""Embedding models by provider: one module each (minilm, openai, and the fake and lexical stand-ins), one interface
+(`Embedder`: `name`, `dim`, `embed(texts)`). Adding a provider is a module and a line in `_PROVIDERS`.
+
+Heavy imports (torch, onnxruntime, openai) happen only when a model is loaded, so a model's identity (`spec`) can be
+checked against the database before paying for the load.
+"""
 
 from __future__ import annotations
 
-from connector.embedders.base import Embedder, Embeddings
-from connector.embedders.fake import FakeEmbedder
-from connector.embedders.lexical import LexicalEncoder
-from connector.embedders.minilm import MiniLMEmbedder
+from connector.embedders.base import Embedder, Embeddings, ModelSpec
 from connector.errors import FatalError
 
-_BY_SETTING: dict[str, type] = {"minilm": MiniLMEmbedder, "fake": FakeEmbedder, "lexical": LexicalEncoder}
+__all__ = ["Embedder", "Embeddings", "ModelSpec", "close", "load", "spec", "spec_of_settings"]
 
-__all__ = ["Embedder", "Embeddings", "dimension_of", "embedder_class", "load"]
-
-
-def embedder_class(name: str) -> type:
-    """The class for a setting value; its `name` and `dim` are class attributes, readable without loading."""
-    try:
-        return _BY_SETTING[name]
-    except KeyError:
-        raise FatalError(f"unknown embedder {name!r}; known: {', '.join(_BY_SETTING)}") from None
+PROVIDERS = ("minilm", "openai", "fake", "lexical")
 
 
-def dimension_of(name: str) -> int:
-    return embedder_class(name).dim
+def spec(provider: str, embed=None) -> ModelSpec:
+    """What `load(provider, embed)` would load, without loading it (dim None: only the endpoint can tell)."""
+    embed = embed if embed is not None else _default_embed()
+    if provider == "minilm":
+        from connector.embedders.minilm import MiniLMEmbedder
+
+        return ModelSpec("minilm", MiniLMEmbedder.name, MiniLMEmbedder.dim)
+    if provider == "openai":
+        from connector.embedders import openai
+
+        return openai.spec(embed)
+    if provider == "fake":
+        from connector.embedders.fake import FakeEmbedder
+
+        return ModelSpec("fake", FakeEmbedder.name, FakeEmbedder.dim)
+    if provider == "lexical":
+        from connector.embedders.lexical import LexicalEncoder
+
+        return ModelSpec("lexical", LexicalEncoder.name, LexicalEncoder.dim)
+    raise FatalError(f"unknown embedder {provider!r}; known: {', '.join(PROVIDERS)}")
 
 
-def load(name: str, batch_size: int = 32) -> Embedder:
-    return embedder_class(name)(batch_size=batch_size)
+def spec_of_settings(settings) -> ModelSpec:
+    return spec(settings.embedder, settings.embed)
+
+
+def load(provider: str, embed=None) -> Embedder:
+    """The model, ready to embed; `embed` is the EmbedSettings (runtime, device, endpoint...)."""
+    embed = embed if embed is not None else _default_embed()
+    spec(provider, embed)  # an unknown name fails here, before any import
+    if provider == "minilm":
+        from connector.embedders.minilm import load_minilm
+
+        return load_minilm(embed)
+    if provider == "openai":
+        from connector.embedders.openai import OpenAIEmbedder
+
+        return OpenAIEmbedder(embed)
+    if provider == "fake":
+        from connector.embedders.fake import FakeEmbedder
+
+        return FakeEmbedder()
+    from connector.embedders.lexical import LexicalEncoder
+
+    return LexicalEncoder()
+
+
+def spec_of(embedder: Embedder) -> ModelSpec:
+    """The loaded model's identity (its dimension now known)."""
+    found = getattr(embedder, "spec", None)
+    if found is not None:
+        return found
+    return ModelSpec(getattr(embedder, "provider", "custom"), embedder.name, embedder.dim)
+
+
+def close(embedder: Embedder) -> None:
+    """Stop what the model runs in the background (a remote client's dispatcher); a no-op for local ones."""
+    closer = getattr(embedder, "close", None)
+    if closer is not None:
+        closer()
+
+
+def _default_embed():
+    from connector.settings import EmbedSettings
+
+    return EmbedSettings()

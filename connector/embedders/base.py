@@ -15,6 +15,7 @@ class Window:
     start: int
     end: int
     vector: np.ndarray  # shape (dim,), float32
+    tokens: int = 1  # its weight in the text's vector (the tokens it holds; 1 for a text that is one window)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +38,31 @@ class Embeddings:
 
 
 class Embedder(Protocol):
-    name: str  # recorded in connector.embedding_model; a database serves one model
+    name: str  # recorded in connector.embedding_models with the vectors it made
     dim: int
 
     def embed(self, texts: list[str]) -> Embeddings: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A vector space: the provider that loads it, the model's name, its dimension, and the options needed to load it
+    again (a base URL, asked-for dimensions; never a key). Stored per slot in connector.embedding_models."""
+
+    provider: str
+    name: str
+    dim: int | None  # None: not known before the endpoint answers once
+    options: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def cache_key(self) -> str:
+        """The embedding cache's model column: vectors of one name and dimension are interchangeable (the ONNX and
+        torch runtimes of MiniLM agree to a cosine of 0.9999)."""
+        return f"{self.name}@{self.dim}"
+
+    def describe(self) -> str:
+        where = dict(self.options).get("base_url")
+        return f"{self.name} ({self.dim} dimensions, {self.provider}{f' at {where}' if where else ''})"
 
 
 def normalise(vectors: np.ndarray) -> np.ndarray:

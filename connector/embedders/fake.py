@@ -12,11 +12,9 @@ from connector.embedders.lexical import hashed_bow
 
 
 class FakeEmbedder:
+    provider = "fake"
     name = "fake-bow-384"
     dim = 384
-
-    def __init__(self, batch_size: int = 0):  # same signature as the real models; batching is moot here
-        pass
 
     def embed(self, texts: list[str]) -> Embeddings:
         return Embeddings.whole(texts, hashed_bow(texts, self.dim))

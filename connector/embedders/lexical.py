@@ -98,11 +98,9 @@ def hashed_bow(texts: list[str], dim: int, stop_words: frozenset[str] = frozense
 
 
 class LexicalEncoder:
+    provider = "lexical"
     name = "lexical-hash-1024"
     dim = 1024
-
-    def __init__(self, batch_size: int = 0):
-        pass
 
     def embed(self, texts: list[str]) -> Embeddings:
         return Embeddings.whole(texts, hashed_bow(texts, self.dim, STOP_WORDS))

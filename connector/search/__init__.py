@@ -1,7 +1,8 @@
 """Search: a question in words → the query vector of the database's own model → `connector.search()` in SQL.
 
-The SQL function (migration 0006) is the one search path; this module only embeds the question, checks that the
-configured embedder is the one that made the stored vectors, and reads typed rows back. `connector search` is its
+The SQL function (migration 0006) is the one search path; this module only embeds the question with the database's
+active model (`search.models.ActiveModel`: after `connector reembed --switch`, the new one), and reads typed rows
+back. `connector search` is its
 command line.
 """
 
@@ -10,32 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psycopg
-from psycopg.rows import class_row
 
-from connector.db import queries
-from connector.db.rows import EmbeddingModel
+from connector.db import embeddings
 from connector.db.store import Passage, SearchHit, Store
-from connector.embedders import Embedder
-from connector.errors import EmbeddingModelMismatch
+from connector.embedders import Embedder, ModelSpec
+from connector.errors import TransientError
+from connector.search.models import ActiveModel
 
 
 @dataclass(frozen=True, slots=True)
 class Result:
     hit: SearchHit
     passage: Passage | None  # the hit with its neighbours, when asked for
-
-
-def check_model(conn: psycopg.Connection, embedder: Embedder | type) -> None:
-    """Refuse to search with another model than the one the stored vectors came from (reading only: a search never
-    records a model)."""
-    with conn.cursor(row_factory=class_row(EmbeddingModel)) as cur:
-        model = cur.execute(queries.SELECT_EMBEDDING_MODEL).fetchone()
-    conn.rollback()
-    if model is not None and (model.name != embedder.name or model.dim != embedder.dim):
-        raise EmbeddingModelMismatch(
-            f"the stored vectors come from {model.name} ({model.dim} dimensions), the configured embedder is "
-            f"{embedder.name} ({embedder.dim}): set CONNECTOR_EMBEDDER (or --embedder) to the database's model"
-        )
 
 
 FILTER_SHAPE = (
@@ -75,7 +62,7 @@ def query_vector(embedder: Embedder, question: str):
 
 def search(
     conn: psycopg.Connection,
-    embedder: Embedder,
+    models: ActiveModel,
     question: str,
     *,
     k: int,
@@ -83,9 +70,16 @@ def search(
     filter: dict,  # noqa: A002 - the SQL function's parameter name
     context: int,
 ) -> list[Result]:
+    """The question embedded with the database's active model, then searched; embedded again when a switch to
+    another model happened in between."""
     check_request(question, filter)
-    return search_vector(conn, query_vector(embedder, question), question, k=k, hybrid=hybrid, filter=filter,
-                         context=context)  # fmt: skip
+    for _ in range(3):
+        spec, embedder = models.current(conn)
+        results = search_vector(conn, query_vector(embedder, question), question, k=k, hybrid=hybrid, filter=filter,
+                                context=context, model=spec)  # fmt: skip
+        if results is not None:
+            return results
+    raise TransientError("the embedding model changed three times during one search: try again")
 
 
 def search_vector(
@@ -97,12 +91,19 @@ def search_vector(
     hybrid: bool,
     filter: dict,  # noqa: A002 - the SQL function's parameter name
     context: int,
-) -> list[Result]:
-    """`search` with the question already embedded (a server embeds before it takes a connection from its pool)."""
+    model: ModelSpec | None = None,
+) -> list[Result] | None:
+    """`search` with the question already embedded (a server embeds before it takes a connection from its pool).
+    With `model` (the one that embedded it), None when that is no longer the database's active model."""
     check_request(question, filter)
     store = Store(conn)
-    hits = store.search(vector, question if hybrid else None, k, filter)
-    return [Result(hit, store.search_context(hit.chunk_id, context) if context else None) for hit in hits]
+    with conn.transaction():
+        if model is not None:
+            row = embeddings.hold_shared(conn)  # no switch until these rows are read
+            if row is None or not embeddings.same_space(row.spec, model):
+                return None
+        hits = store.search(vector, question if hybrid else None, k, filter)
+        return [Result(hit, store.search_context(hit.chunk_id, context) if context else None) for hit in hits]
 
 
 def vector_literal(vector) -> str:

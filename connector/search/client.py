@@ -1,7 +1,7 @@
-"""`connector.Client(dsn).search(...)`: search from Python with the database's own model, loaded once.
+"""`connector.Client(dsn).search(...)`: search from Python with the database's own model.
 
-The client holds one connection and one embedder; calls are serialised (a psycopg connection serves one thread at
-a time). It checks at start that the configured embedder made the stored vectors.
+The client holds one connection and the database's active model (loaded at start, and again after `connector reembed
+--switch`); calls are serialised (a psycopg connection serves one thread at a time).
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 
 from connector.db.database import connect
-from connector.embedders import embedder_class, load
-from connector.search import Result, check_model, search
+from connector.search import Result, search
+from connector.search.models import ActiveModel
 from connector.settings import Settings
 
 
@@ -18,9 +18,9 @@ class Client:
     def __init__(self, dsn: str, settings: Settings | None = None):
         self.settings = settings or Settings()
         self._conn = connect(dsn, autocommit=True)
+        self._models = ActiveModel(self.settings)
         try:
-            check_model(self._conn, embedder_class(self.settings.embedder))
-            self._embedder = load(self.settings.embedder, self.settings.embed_batch_size)
+            self._models.current(self._conn)  # loaded now: the first search does not wait for it
         except BaseException:
             self._conn.close()
             raise
@@ -38,11 +38,12 @@ class Client:
         """The best `k` chunks for `question` (hybrid by default), each with `context` neighbours on either side
         joined into a passage when asked."""
         with self._lock:
-            return search(self._conn, self._embedder, question, k=k, hybrid=hybrid, filter=filter or {},
+            return search(self._conn, self._models, question, k=k, hybrid=hybrid, filter=filter or {},
                           context=context)  # fmt: skip
 
     def close(self) -> None:
         self._conn.close()
+        self._models.close()
 
     def __enter__(self) -> Client:
         return self

@@ -28,7 +28,7 @@ def run_tune(
     from connector.evaluation import find_sources
     from connector.tuning import table, weights
 
-    found, _ids, embedder_setting = find_sources(settings, dsn, records, docs)
+    found, _ids, judged = find_sources(settings, dsn, records, docs)
     sources: list[table.Source] = []
     unreadable: list[str] = []
     for ref in found.selection.refs:
@@ -43,7 +43,7 @@ def run_tune(
         for d in found.rows
     ]
     wanted = [r for r in records if r.doc not in found.missing]
-    embedder = CachingEmbedder(load(embedder_setting, settings.embed_batch_size))
+    embedder = CachingEmbedder(load(judged.embedder, judged.embed))
     rows, skipped = table.build(settings, embedder, sorted(sources, key=lambda s: s.name), wanted, k, progress)
     used = [m for m in metrics.METRICS if any(r.metrics.get(m) is not None for r in rows)]
     missing = found.missing + unreadable + [f"{name} ({reason})" for name, reason in skipped]

@@ -1,5 +1,6 @@
-"""Searches for the HTTP server: the sidecar's loaded embedder, a small connection pool opened on the first
-search, and `connector.search.search` (the one search path). Blocking: call it from a worker thread."""
+"""Searches for the HTTP server: the database's active model (the sidecar's own, or the one a reembed switched to),
+a small connection pool opened on the first search, and `connector.search.search` (the one search path).
+Blocking: call it from a worker thread."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from connector import search as searching
 from connector.db.database import check_dsn, connect
-from connector.embedders import Embedder
 from connector.errors import TransientError
+from connector.search.models import ActiveModel
 from connector.secrets import one_line
 from connector.web.query import SearchRequest
 
@@ -31,22 +32,34 @@ class DatabaseUnavailable(Exception):
 
 
 class Searcher:
-    def __init__(self, dsn: str, embedder: Embedder):
+    def __init__(self, dsn: str, models: ActiveModel):
         check_dsn(dsn)  # as `connect()` does: a DSN libpq would misread never reaches it
         self.dsn = dsn
-        self.embedder = embedder
+        self.models = models
         self._pool: ConnectionPool | None = None
         self._lock = threading.Lock()
         self._closed = False
 
     def search(self, request: SearchRequest) -> list[searching.Result]:
         pool = self._opened()
-        # Embedded first: a connection is held only for the query, never while waiting for the model.
-        vector = searching.query_vector(self.embedder, request.query)
         try:
-            with pool.connection(timeout=WAIT_SECONDS) as conn:
-                return searching.search_vector(conn, vector, request.query, k=request.k, hybrid=request.hybrid,
-                                               filter=request.filter, context=request.context)  # fmt: skip
+            spec_and_model = self.models.last
+            if spec_and_model is None:
+                with pool.connection(timeout=WAIT_SECONDS) as conn:
+                    spec_and_model = self.models.current(conn)
+            for _ in range(3):
+                spec, embedder = spec_and_model
+                # Embedded first: a connection is held only for the query, never while waiting for the model.
+                vector = searching.query_vector(embedder, request.query)
+                with pool.connection(timeout=WAIT_SECONDS) as conn:
+                    results = searching.search_vector(
+                        conn, vector, request.query, k=request.k, hybrid=request.hybrid, filter=request.filter,
+                        context=request.context, model=spec,
+                    )  # fmt: skip
+                    if results is not None:
+                        return results
+                    spec_and_model = self.models.current(conn)  # switched to another model since: embed again
+            raise TransientError("the embedding model changed three times during one search: try again")
         except PoolTimeout:  # (an OperationalError too) the pool could not connect in time, or is all in use
             raise DatabaseUnavailable(self._why_no_connection()) from None
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:  # lost during the search

@@ -21,6 +21,8 @@ import uvicorn
 from connector import observe
 from connector.embedders import Embedder
 from connector.errors import FatalError
+from connector.search.models import ActiveModel
+from connector.settings import Settings
 from connector.web.app import PATHS, build_app
 from connector.web.searcher import POOL_SIZE, Searcher
 
@@ -38,8 +40,18 @@ class _Server(uvicorn.Server):
 
 
 class HttpServer:
-    def __init__(self, host: str, port: int, health: observe.Health, dsn: str, embedder: Embedder):
-        self._searcher = Searcher(dsn, embedder)
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        health: observe.Health,
+        dsn: str,
+        embedder: Embedder,
+        settings: Settings | None = None,
+    ):
+        # Searches use the database's active model: this one, or (with `settings`) the one a reembed switched to.
+        self._models = ActiveModel(settings, loaded=embedder)
+        self._searcher = Searcher(dsn, self._models)
         self._socket = _bind(host, port)
         self._address = self._socket.getsockname()  # still known once the socket is closed
         self._health_pool = ThreadPoolExecutor(2, thread_name_prefix="http-health")
@@ -78,6 +90,7 @@ class HttpServer:
         self._search_pool.shutdown(wait=True, cancel_futures=True)
         self._health_pool.shutdown(wait=True, cancel_futures=True)
         self._searcher.close()
+        self._models.close()
 
     def _serve(self) -> None:
         try:

@@ -1,0 +1,289 @@
+"""OpenAI and OpenAI-compatible embedding endpoints (Azure's /openai/v1, Ollama, vLLM, TEI, LM Studio) through the
+official `openai` client.
+
+- Texts are counted with tiktoken and cut into windows of at most `max_input_tokens`, each embedded, the text's
+  vector being their token-weighted mean, as MiniLM's windows are: never a silent truncation. A server whose own
+  tokenizer counts more tokens than tiktoken does (pgai #850) answers 400 "too long": that text is cut again into
+  windows half as long, and the log says which setting to lower. Inputs are sent as strings, never token ids, so
+  a server with another tokenizer reads them as text.
+- Windows of every caller (a document's chunks, other workers' documents, a reembed batch) share one queue and
+  leave as requests of at most `batch_size` inputs and `max_request_tokens` tokens, `concurrency` in flight.
+- 429, 5xx, timeouts and dropped connections are retried by the client (`max_retries`, honouring `Retry-After`,
+  else jittered exponential backoff), then become a `TransientError`: the document goes back to the queue. A refused
+  key or unknown model is a `FatalError`; the server's message is not repeated (a 401 can quote part of the key).
+- The dimension is the one asked for (`dimensions`), else the first answer's, and every answer is checked against it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+from connector import secrets, tokens
+from connector.counters import EMBED_INPUTS, EMBED_REQUESTS, EMBED_RETRIES, EMBED_TOKENS
+from connector.embedders.base import Embeddings, ModelSpec, Window, normalise, pool_windows
+from connector.errors import DocumentError, FatalError, TransientError
+
+log = logging.getLogger(__name__)
+
+_IDLE_S = 0.5  # the dispatcher thread leaves after this long without work (and starts again on the next text)
+_MIN_WINDOW = 16
+_TOO_LONG_HINTS = ("too long", "maximum context", "context length", "too many tokens", "exceeds", "max_tokens",
+                   "maximum input", "input length", "sequence length")  # fmt: skip
+
+
+class InputTooLong(Exception):
+    """The server counted more tokens in one input than it accepts."""
+
+
+def spec(embed) -> ModelSpec:
+    """The model these settings name, without calling the endpoint (the dimension is known only when asked for)."""
+    options = {"base_url": public_url(embed.base_url), "dimensions": embed.dimensions}
+    return ModelSpec("openai", embed.model, embed.dimensions, tuple((k, v) for k, v in options.items() if v))
+
+
+def public_url(url: str | None) -> str | None:
+    """The base URL without user:password@ (recorded in the database and shown in messages)."""
+    if not url or "@" not in url.split("://", 1)[-1].split("/", 1)[0]:
+        return url
+    scheme, _, rest = url.partition("://")
+    host_and_path = rest.split("@", 1)[1]
+    return f"{scheme}://{host_and_path}"
+
+
+class OpenAIEmbedder:
+    provider = "openai"
+
+    def __init__(self, embed) -> None:
+        from openai import OpenAI
+
+        key = embed.api_key.get_secret_value() if embed.api_key else os.environ.get("OPENAI_API_KEY")
+        if not key:
+            if embed.base_url is None:
+                raise FatalError(
+                    "CONNECTOR_EMBEDDER=openai needs a key: set CONNECTOR_EMBED_API_KEY (or OPENAI_API_KEY)"
+                )
+            key = "unused"  # local servers ignore it; the client insists on one
+        secrets.add(key)
+        self.name = embed.model
+        self._client = OpenAI(api_key=key, base_url=embed.base_url, timeout=embed.timeout,
+                              max_retries=embed.max_retries)  # fmt: skip
+        self._retries = embed.max_retries
+        self._dimensions = embed.dimensions
+        self._encoding = tokens.encoding(embed.tokenizer)
+        self._max_tokens = embed.max_input_tokens
+        self._window_note = threading.Event()
+        self._batcher = _Batcher(self._send, embed.batch(remote=True), embed.max_request_tokens, embed.concurrency)
+        self.spec = spec(embed)
+        self.dim = embed.dimensions or 0
+        if not self.dim:  # one short request tells the model's dimension before anything is stored
+            try:
+                self.dim = len(self._batcher.submit([("dimension probe", 2)])[0].result())
+            except BaseException:
+                self.close()
+                raise
+            self.spec = ModelSpec("openai", self.name, self.dim, self.spec.options)
+
+    def embed(self, texts: list[str]) -> Embeddings:
+        if not texts:
+            return Embeddings(np.zeros((0, self.dim), dtype=np.float32), ())
+        limit = self._max_tokens
+        per_text: list[list[tuple[int, int, int]]] = [self._windows(t, limit) for t in texts]
+        results: list[list[np.ndarray] | None] = [None] * len(texts)
+        pending = list(range(len(texts)))
+        while pending:
+            # One submit for every window of every text: the dispatcher cuts them into full requests.
+            pieces = [(i, texts[i][s:e], n) for i in pending for s, e, n in per_text[i]]
+            futures = self._batcher.submit([(text, n) for _, text, n in pieces])
+            by_text: dict[int, list] = {}
+            for (i, _, _), f in zip(pieces, futures, strict=True):
+                by_text.setdefault(i, []).append(f)
+            retry: list[int] = []
+            for i, fs in by_text.items():
+                try:
+                    results[i] = [f.result() for f in fs]
+                except InputTooLong:
+                    longest = max(n for _, _, n in per_text[i])
+                    if longest <= _MIN_WINDOW:
+                        raise DocumentError(f"the embedding endpoint refuses even {longest}-token inputs") from None
+                    if not self._window_note.is_set():
+                        self._window_note.set()
+                        log.warning(
+                            "the embedding endpoint counts more tokens than %s does and refused a %d-token input: "
+                            "cutting such texts into shorter windows (set CONNECTOR_EMBED_MAX_INPUT_TOKENS to the "
+                            "model's limit in its own tokens to avoid the retries)",
+                            self._encoding.name,
+                            longest,
+                        )
+                    per_text[i] = self._windows(texts[i], max(_MIN_WINDOW, longest // 2))
+                    retry.append(i)
+            pending = retry
+        vectors, weights, owners, spans = [], [], [], []
+        for i, (windows, vecs) in enumerate(zip(per_text, results, strict=True)):
+            for (start, end, n), v in zip(windows, vecs, strict=True):
+                vectors.append(v)
+                weights.append(max(1, n))
+                owners.append(i)
+                spans.append(Window(start, end, v, max(1, n)))
+        pooled = pool_windows(np.stack(vectors), weights, owners, len(texts))
+        grouped: list[list[Window]] = [[] for _ in texts]
+        for owner, w in zip(owners, spans, strict=True):
+            grouped[owner].append(w)
+        return Embeddings(pooled, tuple(tuple(g) for g in grouped))
+
+    def close(self) -> None:
+        self._batcher.close()
+        self._client.close()
+
+    def _windows(self, text: str, limit: int) -> list[tuple[int, int, int]]:
+        """(start, end, tokens) of consecutive windows of at most `limit` tokens."""
+        ids = self._encoding.encode_ordinary(text)
+        if len(ids) <= limit:
+            return [(0, len(text), len(ids))]
+        _, offsets = self._encoding.decode_with_offsets(ids)
+        cuts = [0, *(offsets[i] for i in range(limit, len(ids), limit)), len(text)]
+        sizes = [min(limit, len(ids) - i) for i in range(0, len(ids), limit)]
+        return [(a, b, n) for a, b, n in zip(cuts[:-1], cuts[1:], sizes, strict=True) if b > a]
+
+    def _send(self, inputs: list[str], n_tokens: int) -> list[np.ndarray]:
+        import openai
+
+        kwargs = {"dimensions": self._dimensions} if self._dimensions else {}
+        EMBED_REQUESTS.labels(self.name).inc()
+        EMBED_TOKENS.labels(self.name).inc(n_tokens)
+        try:
+            answer = self._client.embeddings.create(model=self.name, input=inputs, encoding_format="float", **kwargs)
+        except openai.BadRequestError as exc:
+            if len(inputs) > 1:  # find the input it refuses; the others are embedded
+                raise _Split() from None
+            text = str(getattr(exc, "message", "") or exc).lower()
+            if any(h in text for h in _TOO_LONG_HINTS):
+                raise InputTooLong() from None
+            raise DocumentError(f"the embedding endpoint refused an input (HTTP 400): {_short(exc)}") from None
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            EMBED_RETRIES.labels(self.name, "auth").inc()
+            raise FatalError(
+                f"the embedding endpoint refused the API key (HTTP {exc.status_code}): check CONNECTOR_EMBED_API_KEY"
+            ) from None
+        except openai.NotFoundError:
+            raise FatalError(
+                f"the embedding endpoint has no model {self.name!r} (HTTP 404): check CONNECTOR_EMBED_MODEL and "
+                "CONNECTOR_EMBED_BASE_URL"
+            ) from None
+        except openai.RateLimitError:
+            EMBED_RETRIES.labels(self.name, "rate_limited").inc()
+            raise TransientError(
+                f"the embedding endpoint is rate limiting (HTTP 429 after {self._retries} retries)"
+            ) from None
+        except openai.APITimeoutError:
+            EMBED_RETRIES.labels(self.name, "timeout").inc()
+            raise TransientError(f"the embedding endpoint timed out ({self._retries} retries)") from None
+        except openai.APIConnectionError:
+            EMBED_RETRIES.labels(self.name, "connection").inc()
+            raise TransientError(f"cannot reach the embedding endpoint ({self._retries} retries)") from None
+        except openai.APIStatusError as exc:
+            EMBED_RETRIES.labels(self.name, "status").inc()
+            if exc.status_code >= 500:
+                raise TransientError(
+                    f"the embedding endpoint failed (HTTP {exc.status_code} after {self._retries} retries)"
+                ) from None
+            raise DocumentError(
+                f"the embedding endpoint refused the request (HTTP {exc.status_code}): {_short(exc)}"
+            ) from None
+        data = sorted(answer.data, key=lambda d: d.index)
+        if len(data) != len(inputs):
+            raise TransientError(f"the embedding endpoint answered {len(data)} vectors for {len(inputs)} inputs")
+        vectors = np.asarray([d.embedding for d in data], dtype=np.float32)
+        expected = self._dimensions or getattr(self, "dim", 0)
+        if expected and vectors.shape[1] != expected:
+            raise FatalError(
+                f"dimension mismatch: {self.name} answered {vectors.shape[1]}-dimensional vectors, "
+                f"{expected} expected (CONNECTOR_EMBED_DIMENSIONS, or the dimension the database stores)"
+            )
+        EMBED_INPUTS.labels(self.name).inc(len(inputs))
+        return list(normalise(vectors))
+
+
+class _Split(Exception):
+    """A batch the server refused as a whole: send its inputs one by one."""
+
+
+def _short(exc) -> str:
+    return secrets.scrub(" ".join(str(getattr(exc, "message", "") or exc).split()))[:300]
+
+
+class _Batcher:
+    """One queue of (text, tokens) for every caller; a dispatcher thread sends it as requests of at most `batch`
+    inputs and `request_tokens` tokens, `concurrency` at once, and resolves each text's future."""
+
+    def __init__(self, send, batch: int, request_tokens: int, concurrency: int) -> None:
+        self._send = send
+        self._batch = batch
+        self._request_tokens = request_tokens
+        self._concurrency = concurrency
+        self._cond = threading.Condition()
+        self._queue: deque[tuple[str, int, Future]] = deque()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, pieces: list[tuple[str, int]]) -> list[Future]:
+        futures = [Future() for _ in pieces]
+        with self._cond:
+            if self._closed:
+                raise FatalError("the embedder is closed")
+            self._queue.extend((text, n, f) for (text, n), f in zip(pieces, futures, strict=True))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="embed-dispatch", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return futures
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            thread = self._thread
+            self._cond.notify()
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        slots = threading.Semaphore(self._concurrency)
+        with ThreadPoolExecutor(self._concurrency, thread_name_prefix="embed-request") as pool:
+            while True:
+                with self._cond:
+                    if not self._queue and not self._closed:
+                        self._cond.wait(_IDLE_S)
+                    if not self._queue:
+                        self._thread = None
+                        return
+                    batch = self._take()
+                slots.acquire()
+                pool.submit(self._request, batch).add_done_callback(lambda _: slots.release())
+
+    def _take(self) -> list[tuple[str, int, Future]]:
+        batch = [self._queue.popleft()]
+        total = batch[0][1]
+        while self._queue and len(batch) < self._batch and total + self._queue[0][1] <= self._request_tokens:
+            item = self._queue.popleft()
+            batch.append(item)
+            total += item[1]
+        return batch
+
+    def _request(self, batch: list[tuple[str, int, Future]]) -> None:
+        try:
+            vectors = self._send([text for text, _, _ in batch], sum(n for _, n, _ in batch))
+        except _Split:
+            for item in batch:
+                self._request([item])
+            return
+        except BaseException as exc:  # noqa: BLE001 - handed to every caller waiting on this batch
+            for _, _, future in batch:
+                future.set_exception(exc)
+            return
+        for (_, _, future), vector in zip(batch, vectors, strict=True):
+            future.set_result(vector)

@@ -1,0 +1,160 @@
+"""The `openai` embedder through the real `openai` client against an OpenAI-compatible stub on 127.0.0.1: batching,
+retries (429 with Retry-After, 500, timeouts), dimensions, a wrong key, and windows over the token limit."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+
+import numpy as np
+import pytest
+
+from connector import tokens
+from connector.embedders import close, load
+from connector.errors import FatalError, TransientError
+from connector.settings import EmbedSettings
+from tests.embed_stub import EmbeddingStub, server_tokens
+
+KEY = "sk-test-Zq81mPw0secretKEY4421"
+
+
+def embed_settings(stub: EmbeddingStub, **overrides) -> EmbedSettings:
+    values = {"base_url": stub.base_url, "api_key": KEY, "model": "text-embedding-3-small", "timeout": 5.0,
+              "max_retries": 2, **overrides}  # fmt: skip
+    return EmbedSettings(**values)
+
+
+@pytest.fixture
+def stub():
+    with EmbeddingStub(dim=64, key=KEY) as s:
+        yield s
+
+
+@pytest.fixture
+def opened():
+    models = []
+
+    def open_(embed: EmbedSettings):
+        model = load("openai", embed)
+        models.append(model)
+        return model
+
+    yield open_
+    for m in models:
+        close(m)
+
+
+def test_inputs_are_batched_into_as_few_requests_as_the_batch_size_allows(stub, opened) -> None:
+    model = opened(embed_settings(stub, batch_size=8, dimensions=64))
+    texts = [f"note {i}: penguins live in the southern hemisphere" for i in range(29)]
+    result = model.embed(texts)
+    assert result.vectors.shape == (29, 64)
+    assert np.allclose(np.linalg.norm(result.vectors, axis=1), 1)
+    sizes = [len(r["body"]["input"]) for r in stub.requests]
+    assert len(sizes) <= math.ceil(29 / 8) and max(sizes) <= 8
+    assert sorted(stub.inputs) == sorted(texts)  # every text once (requests run concurrently)
+    assert all(r["body"]["encoding_format"] == "float" and r["body"]["dimensions"] == 64 for r in stub.requests)
+    # the same answer as one request per text: batching changes nothing in the vectors
+    single = opened(embed_settings(stub, batch_size=1, dimensions=64)).embed(texts[:3]).vectors
+    assert np.allclose(single, result.vectors[:3], atol=1e-6)
+
+
+def test_the_dimension_comes_from_the_first_answer_when_not_asked_for(stub, opened) -> None:
+    model = opened(embed_settings(stub))
+    assert model.dim == 64 and len(stub.requests) == 1  # one short probe
+    assert "dimensions" not in stub.requests[0]["body"]
+
+
+def test_a_batch_from_several_threads_is_sent_with_at_most_concurrency_requests_in_flight(stub, opened) -> None:
+    stub.delay = 0.05
+    model = opened(embed_settings(stub, batch_size=2, dimensions=64, concurrency=3))
+    texts = [f"text {i} about fjords and glaciers" for i in range(40)]
+    out: dict[int, np.ndarray] = {}
+    threads = [threading.Thread(target=lambda j=j: out.__setitem__(j, model.embed(texts[j::4]).vectors))
+               for j in range(4)]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert stub.max_in_flight <= 3
+    assert stub.max_in_flight >= 2, "requests overlap"
+    assert sorted(stub.inputs) == sorted(texts)
+    alone = opened(embed_settings(stub, dimensions=64)).embed(texts[1::4]).vectors
+    assert np.allclose(out[1], alone, atol=1e-6)
+
+
+def test_a_429_waits_for_retry_after_then_succeeds(stub, opened) -> None:
+    model = opened(embed_settings(stub, dimensions=64))
+    stub.fail = [("429", 1)]
+    result = model.embed(["rate limited once"])
+    assert result.vectors.shape == (1, 64)
+    first, second = stub.requests[-2:]
+    assert second["at"] - first["at"] >= 0.9  # the server said one second
+
+
+def test_a_500_is_retried_and_a_persistent_one_is_a_transient_error(stub, opened) -> None:
+    model = opened(embed_settings(stub, dimensions=64, max_retries=1))
+    stub.fail = [("500",)]
+    assert model.embed(["once"]).vectors.shape == (1, 64)
+    stub.fail = [("500",), ("500",)]
+    with pytest.raises(TransientError, match="HTTP 500"):
+        model.embed(["twice"])
+
+
+def test_a_timeout_is_retried_then_a_transient_error(stub, opened) -> None:
+    model = opened(embed_settings(stub, dimensions=64, timeout=0.5, max_retries=1))
+    stub.fail = [("timeout", 1.0)]
+    assert model.embed(["slow once"]).vectors.shape == (1, 64)
+    stub.fail = [("timeout", 1.0), ("timeout", 1.0)]
+    with pytest.raises(TransientError, match="timed out"):
+        model.embed(["slow twice"])
+
+
+def test_vectors_of_another_dimension_stop_the_process(stub, opened) -> None:
+    model = opened(embed_settings(stub, dimensions=64))
+    stub.fail = [("wrong_dim",)]
+    with pytest.raises(FatalError, match="dimension mismatch: .*32-dimensional.*64 expected"):
+        model.embed(["x"])
+
+
+def test_a_wrong_key_is_a_clear_fatal_error_that_never_shows_the_key(stub, opened, caplog) -> None:
+    wrong = "sk-wrong-Hh27vXc9-DO-NOT-PRINT"
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(FatalError, match="refused the API key \\(HTTP 401\\)") as raised:
+        opened(embed_settings(stub, api_key=wrong))  # the dimension probe is the first request
+    shown = str(raised.value) + caplog.text
+    assert wrong not in shown and wrong[-4:] not in shown and "sk-wro" not in shown
+
+
+def test_no_key_for_openai_itself_is_a_configuration_error(monkeypatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(FatalError, match="CONNECTOR_EMBED_API_KEY"):
+        load("openai", EmbedSettings(api_key=None, base_url=None))
+
+
+def test_a_text_over_the_token_limit_is_embedded_in_windows_never_truncated(stub, opened) -> None:
+    model = opened(embed_settings(stub, dimensions=64, max_input_tokens=100))
+    words = [f"w{i}" for i in range(600)]
+    text = " ".join(words)
+    result = model.embed([text])
+    windows = result.window_spans[0]
+    assert len(windows) == math.ceil(tokens.count(text, "cl100k_base") / 100)
+    assert all(tokens.count(text[w.start : w.end], "cl100k_base") <= 100 for w in windows)
+    assert "".join(text[w.start : w.end] for w in windows) == text  # every character, once, in order
+    assert stub.inputs == [text[w.start : w.end] for w in windows]
+    pooled = sum(w.tokens * w.vector for w in windows)
+    assert np.allclose(result.vectors[0], pooled / np.linalg.norm(pooled), atol=1e-6)
+
+
+def test_a_server_counting_more_tokens_than_tiktoken_gets_shorter_windows(stub, opened, caplog) -> None:
+    stub.max_tokens = 120  # its own tokens: one per 3 characters, about twice what tiktoken counts here
+    model = opened(embed_settings(stub, dimensions=64, max_input_tokens=200))
+    text = " ".join(f"glacier{i}" for i in range(300))
+    with caplog.at_level(logging.WARNING):
+        result = model.embed([text, "short one"])
+    windows = result.window_spans[0]
+    assert all(server_tokens(text[w.start : w.end]) <= 120 for w in windows)
+    assert "".join(text[w.start : w.end] for w in windows) == text
+    assert result.window_spans[1][0].end == len("short one")
+    assert "CONNECTOR_EMBED_MAX_INPUT_TOKENS" in caplog.text
