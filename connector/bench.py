@@ -17,7 +17,7 @@ from pathlib import Path
 from connector import candidates, tokens
 from connector.db.database import connect, ensure_embedding_model, migrate
 from connector.db.scratch import scratch_database
-from connector.embedders import load
+from connector.embedders import load, load_configured
 from connector.ingest import ingest, select
 from connector.pipeline import Pipeline
 from connector.settings import Settings
@@ -79,7 +79,7 @@ def _arm_child(settings: Settings, dsn: str, paths: list[str], name: str, out: m
 
 def _arm(settings: Settings, dsn: str, paths: list[str], name: str, out: mp.Queue) -> None:
     selection = select([Path(p) for p in paths])
-    embedder = load(settings.embedder, settings.embed)
+    embedder = load_configured(settings)
     with scratch_database(dsn, f"bench_{name}") as scratch:
         migrate(scratch, embedder.dim)
         with connect(scratch, autocommit=True) as conn:
@@ -106,7 +106,7 @@ def _arm(settings: Settings, dsn: str, paths: list[str], name: str, out: mp.Queu
 def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop) -> None:
     from connector import sidecar
 
-    pipeline = Pipeline(settings, load(settings.embedder, settings.embed))
+    pipeline = Pipeline(settings, load_configured(settings))
     ready.put(True)
     try:
         sidecar.run(settings, dsn, lambda: pipeline, stop, watch=False)

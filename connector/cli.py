@@ -186,7 +186,7 @@ def _pipelines(settings: Settings, dsn: str, *, no_migrate: bool = False) -> _Pi
     spec = embedders.spec_of_settings(settings)
     embedder = None
     if spec.dim is None:  # only the endpoint knows (one short request); everything else is checked before loading
-        embedder = embedders.load(settings.embedder, settings.embed)
+        embedder = embedders.load_configured(settings)
         spec = embedders.spec_of(embedder)
     if no_migrate:
         require_migrated(dsn)
@@ -197,7 +197,7 @@ def _pipelines(settings: Settings, dsn: str, *, no_migrate: bool = False) -> _Pi
         ensure_embedding_model(conn, spec)
     from connector.metrics import Resources
 
-    embedder = embedder or embedders.load(settings.embedder, settings.embed)
+    embedder = embedder or embedders.load_configured(settings)
     resources = Resources.load(settings, embedder)  # before "running": the first start builds the metrics model
     return _Pipelines(settings, dsn, embedder, resources)
 
@@ -346,7 +346,7 @@ def search(
 
     from connector import search as searching
     from connector.db.database import connect, database, require_migrated
-    from connector.embedders import close, load
+    from connector.embedders import close, load_configured
     from connector.search.models import ActiveModel
 
     _logging(False, quiet=True)
@@ -363,7 +363,7 @@ def search(
     settings = _settings(dsn, embedder=embedder)
     with _errors():
         if print_vector:
-            model = load(settings.embedder, settings.embed)
+            model = load_configured(settings)
             try:
                 print(searching.vector_literal(searching.query_vector(model, question)))
             finally:
@@ -459,7 +459,7 @@ def reembed(
             _print_estimate(spec, est)
             if dry_run:
                 return
-        loaded = embedders.load(settings.embedder, settings.embed)
+        loaded = embedders.load_configured(settings)
         try:
             if spec.dim is None:
                 _print_estimate(embedders.spec_of(loaded), moving.estimate(url, settings, embedders.spec_of(loaded)))
@@ -793,6 +793,36 @@ def bench_metrics(
         print(json.dumps(results, indent=2))
     else:
         reports.metrics_bench_print(results)
+
+
+@app.command("bench-embed")
+def bench_embed(
+    paths: Annotated[list[Path], typer.Argument(help="Documents or folders whose chunks are embedded.", exists=True)],
+    runtime: Annotated[
+        list[str] | None, typer.Option("--runtime", help="MiniLM runtimes (repeatable; the first is the reference).")
+    ] = None,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Rounds, the order rotated each one.")] = 3,
+    limit: Annotated[int, typer.Option("--limit", min=0, help="At most this many chunks (0: all).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+) -> None:
+    """Time the MiniLM runtimes side by side on real chunks: chunks per second, ratio to the first, agreement."""
+    import json
+
+    from connector import embed_bench
+
+    _logging(False, quiet=True)
+    settings = _settings()
+    with _errors():
+        result = embed_bench.run(paths, settings, runtime or ["torch", "onnx", "onnx-int8"], rounds, limit)
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    table = Table("round", *[r for r in result["rounds"][0]], title=f"{result['texts']} chunks: chunks/s (ratio)")
+    for i, row in enumerate(result["rounds"], 1):
+        table.add_row(str(i), *[f"{v['chunks_per_s']} ({v['ratio']}x)" for v in row.values()])
+    Console().print(table)
+    for r, a in result["agreement"].items():
+        Console().print(f"{r}: cosine to the first runtime mean {a['mean_cosine']}, min {a['min_cosine']}")
 
 
 @app.command("convert")

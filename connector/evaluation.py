@@ -23,7 +23,7 @@ from connector.db.database import connect, ensure_embedding_model, migrate
 from connector.db.rows import ChunkStats, DoneDocument, NearestChunk, StrategyWins
 from connector.db.scratch import scratch_database
 from connector.db.store import Store
-from connector.embedders import Embedder, ModelSpec, load
+from connector.embedders import Embedder, ModelSpec, load_configured
 from connector.embedders.cache import CachingEmbedder
 from connector.errors import FatalError
 from connector.ingest import Selection, ingest, select
@@ -192,7 +192,7 @@ def run_eval(
 ) -> tuple[list[RunResult], list[str]]:
     """Results of the adaptive run, then each forced strategy, then the baseline; and the QA documents not found."""
     sources, user_ids, judged = find_sources(settings, dsn, records, docs)
-    embedder = CachingEmbedder(load(judged.embedder, judged.embed))
+    embedder = CachingEmbedder(load_configured(judged))
     wanted = [r for r in records if r.doc not in sources.missing]
 
     forced: list[RunResult] = []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from connector import candidates, chunkers
 from connector.convert import convert, mime_for_path
-from connector.embedders import load
+from connector.embedders import load_configured
 from connector.metrics import DocumentMetrics, Resources
 from connector.settings import Settings
 from connector.timing import Timer
@@ -26,7 +26,7 @@ def run(path: Path, settings: Settings, model: str) -> dict:
     candidates.shutdown_pool()
     settings = settings.model_copy(update={"metrics": settings.metrics.model_copy(update={"model": model})})
     t0 = time.perf_counter()
-    embedder = load(settings.embedder, settings.embed) if model == "same" else None
+    embedder = load_configured(settings) if model == "same" else None
     resources = Resources.load(settings, embedder)
     load_s = time.perf_counter() - t0
     timer = Timer()

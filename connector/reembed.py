@@ -113,7 +113,7 @@ def switch(dsn: str, settings: Settings, on_progress: Callable[[int, int], None]
         standby = embeddings.models(conn).get("standby")
         if standby is None:
             embeddings.begin_switch(conn)  # says what to run
-        model = embedders.load(standby.provider, settings.for_model(standby.spec).embed)
+        model = embedders.load_configured(settings.for_model(standby.spec))
         model_cached = cached(model, dsn, settings)
         try:
             if not embeddings.same_space(embedders.spec_of(model), standby.spec):

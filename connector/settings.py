@@ -201,8 +201,10 @@ class EmbedSettings(BaseSettings):
     batch_size: int | None = Field(
         None, ge=1, description="Texts per model batch or per request (default: 32 on this machine, 128 remote)."
     )
-    runtime: Literal["onnx", "torch"] = Field(
-        "onnx", description="minilm: ONNX Runtime (exported once from the package's weights) or torch."
+    runtime: Literal["onnx", "onnx-int8", "torch"] = Field(
+        "onnx",
+        description="minilm: ONNX Runtime (exported once from the package's weights; the torch vectors), its int8 "
+        "quantization (faster; vectors of their own, so another model for the database), or torch.",
     )
     device: str = Field("auto", description="minilm: auto (a GPU when one is there), cpu, cuda or cuda:N.")
     cache: bool = Field(
@@ -316,7 +318,7 @@ class Settings(BaseSettings):
         spec = embedders.spec_of_settings(self)
         if spec.dim is not None:
             return spec.dim
-        model = embedders.load(self.embedder, self.embed)
+        model = embedders.load_configured(self)
         try:
             return model.dim
         finally:
@@ -330,4 +332,8 @@ class Settings(BaseSettings):
         if spec.provider == "openai":
             embed = embed.model_copy(update={"model": spec.name, "base_url": options.get("base_url") or embed.base_url,
                                              "dimensions": options.get("dimensions")})  # fmt: skip
+        elif spec.provider == "minilm":
+            int8 = spec.name.endswith("(int8)")
+            if int8 != (embed.runtime == "onnx-int8"):
+                embed = embed.model_copy(update={"runtime": "onnx-int8" if int8 else "onnx"})
         return self.model_copy(update={"embedder": spec.provider, "embed": embed})

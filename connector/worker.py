@@ -112,11 +112,13 @@ class Worker:
             with contextlib.suppress(psycopg.Error):
                 self.store.release(row)
             raise
+        cache = outcome.embedding
         log.info(
-            "done %s: %s, %d chunks, score %.3f (%s)",
+            "done %s: %s, %d chunks%s, score %.3f (%s)",
             row.source_key,
             outcome.winner.candidate.strategy,
             len(outcome.chunks),
+            f" ({cache['embedded']} embedded, {cache['cached']} from the cache)" if cache else "",
             outcome.winner.score,
             ", ".join(f"{stage} {ms:.0f} ms" for stage, ms in outcome.timings.items()),
             extra=context,

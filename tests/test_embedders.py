@@ -7,6 +7,7 @@ import pytest
 
 from connector.embedders import load, spec
 from connector.errors import FatalError
+from connector.settings import EmbedSettings
 
 
 def test_fake_embedder_is_deterministic_unit_length_and_word_sensitive() -> None:
@@ -26,30 +27,55 @@ def test_unknown_embedder_is_a_configuration_error() -> None:
 
 @pytest.fixture(scope="module")
 def minilm():
-    return load("minilm")
+    return load("minilm")  # the default runtime: ONNX, exported into the session's models folder
 
 
-def test_minilm_short_text_matches_the_plain_model(minilm) -> None:
+@pytest.fixture(scope="module")
+def plain():
+    """The reference: sentence-transformers on torch, as the package's model card runs it."""
+    return load("minilm", EmbedSettings(runtime="torch"))._encoder.model
+
+
+def test_the_default_runtime_is_onnx_with_the_torch_vectors(minilm, plain) -> None:
+    assert minilm.runtime == "onnx" and minilm.name == "sentence-transformers/all-MiniLM-L6-v2"
+    texts = ["Docker volumes keep data outside the container.", "The XJ42 flux capacitor needs calibration " * 60]
+    torch_model = load("minilm", EmbedSettings(runtime="torch"))
+    ours, reference = minilm.embed(texts), torch_model.embed(texts)
+    assert ours.windows == reference.windows and ours.windows[1] >= 2
+    assert np.allclose(ours.vectors, reference.vectors, atol=1e-5)
+    assert all(np.allclose(a.vector, b.vector, atol=1e-5) and (a.start, a.end) == (b.start, b.end)
+               for a, b in zip(ours.window_spans[1], reference.window_spans[1], strict=True))  # fmt: skip
+
+
+def test_int8_is_close_to_the_model_but_a_model_of_its_own(minilm) -> None:
+    int8 = load("minilm", EmbedSettings(runtime="onnx-int8"))
+    assert int8.name != minilm.name and spec("minilm", EmbedSettings(runtime="onnx-int8")).name == int8.name
+    texts = ["The licensor grants a perpetual, worldwide, royalty-free patent license.", "Cats purr in the sun."]
+    cosines = np.sum(int8.embed(texts).vectors * minilm.embed(texts).vectors, axis=1)
+    assert np.all(cosines > 0.97) and np.all(cosines < 0.99999)
+
+
+def test_minilm_short_text_matches_the_plain_model(minilm, plain) -> None:
     text = "The licensor grants a perpetual, worldwide, royalty-free patent license."
     ours = minilm.embed([text])
-    plain = minilm._model.encode([text], normalize_embeddings=True)
+    plain = plain.encode([text], normalize_embeddings=True)
     assert ours.windows == (1,)
     assert np.allclose(ours.vectors[0], plain[0], atol=1e-5)
 
 
-def test_minilm_long_text_is_embedded_by_windows_not_truncated(minilm) -> None:
+def test_minilm_long_text_is_embedded_by_windows_not_truncated(minilm, plain) -> None:
     head = "Cats purr and sleep in the sun all afternoon. " * 40  # ~400 word pieces: past the 256 window
     tail = "Quarterly revenue, tax filings and accounting ledgers. " * 40
     pooled = minilm.embed([head + tail])
     assert pooled.windows[0] >= 3
-    truncated = minilm._model.encode([head + tail], normalize_embeddings=True)[0]
+    truncated = plain.encode([head + tail], normalize_embeddings=True)[0]
     tail_only = minilm.embed([tail]).vectors[0]
     # The tail influences the pooled vector; a truncated embedding never sees it.
     assert pooled.vectors[0] @ tail_only > truncated @ tail_only + 0.1
     assert np.isclose(np.linalg.norm(pooled.vectors[0]), 1.0, atol=1e-5)
 
 
-def test_minilm_windows_tile_the_text_and_carry_their_own_vectors(minilm) -> None:
+def test_minilm_windows_tile_the_text_and_carry_their_own_vectors(minilm, plain) -> None:
     """Each window's span is a consecutive piece of the text, its vector is the model's vector of that piece, and
     the text's vector is their token-weighted mean (what the chunk row stores; the windows go to chunk_windows)."""
     text = "Docker volumes keep data outside the container. " * 30 + "The XJ42 flux capacitor needs calibration. " * 30
@@ -60,8 +86,8 @@ def test_minilm_windows_tile_the_text_and_carry_their_own_vectors(minilm) -> Non
     for a, b in zip(windows, windows[1:], strict=False):
         assert a.end <= b.start and not text[a.end : b.start].strip()  # only whitespace between windows
     for w in windows:
-        plain = minilm._model.encode([text[w.start : w.end]], normalize_embeddings=True)[0]
-        assert np.allclose(w.vector, plain, atol=1e-4)
+        reference = plain.encode([text[w.start : w.end]], normalize_embeddings=True)[0]
+        assert np.allclose(w.vector, reference, atol=1e-4)
     assert np.allclose(got.window_spans[1][0].vector, got.vectors[1])
     weights = [len(minilm._tokenizer(text[w.start : w.end], add_special_tokens=False)["input_ids"]) for w in windows]
     mean = sum(wt * w.vector for wt, w in zip(weights, windows, strict=True))

@@ -7,10 +7,12 @@ checked against the database before paying for the load.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from connector.embedders.base import Embedder, Embeddings, ModelSpec
 from connector.errors import FatalError
 
-__all__ = ["Embedder", "Embeddings", "ModelSpec", "close", "load", "spec", "spec_of_settings"]
+__all__ = ["Embedder", "Embeddings", "ModelSpec", "close", "load", "load_configured", "spec", "spec_of_settings"]
 
 PROVIDERS = ("minilm", "openai", "fake", "lexical")
 
@@ -19,9 +21,9 @@ def spec(provider: str, embed=None) -> ModelSpec:
     """What `load(provider, embed)` would load, without loading it (dim None: only the endpoint can tell)."""
     embed = embed if embed is not None else _default_embed()
     if provider == "minilm":
-        from connector.embedders.minilm import MiniLMEmbedder
+        from connector.embedders.minilm import MiniLMEmbedder, model_name
 
-        return ModelSpec("minilm", MiniLMEmbedder.name, MiniLMEmbedder.dim)
+        return ModelSpec("minilm", model_name(embed.runtime), MiniLMEmbedder.dim)
     if provider == "openai":
         from connector.embedders import openai
 
@@ -41,14 +43,24 @@ def spec_of_settings(settings) -> ModelSpec:
     return spec(settings.embedder, settings.embed)
 
 
-def load(provider: str, embed=None) -> Embedder:
-    """The model, ready to embed; `embed` is the EmbedSettings (runtime, device, endpoint...)."""
+def load_configured(settings) -> Embedder:
+    """The model the settings name."""
+    return load(settings.embedder, settings.embed, settings.metric_models_dir)
+
+
+def load(provider: str, embed=None, models_dir: Path | None = None) -> Embedder:
+    """The model, ready to embed; `embed` is the EmbedSettings (runtime, device, endpoint...), `models_dir` where
+    a local model's exported files are kept (default: the settings' models folder)."""
     embed = embed if embed is not None else _default_embed()
     spec(provider, embed)  # an unknown name fails here, before any import
     if provider == "minilm":
         from connector.embedders.minilm import load_minilm
 
-        return load_minilm(embed)
+        if models_dir is None:
+            from connector.settings import Settings
+
+            models_dir = Settings().metric_models_dir
+        return load_minilm(embed, models_dir)
     if provider == "openai":
         from connector.embedders.openai import OpenAIEmbedder
 

@@ -46,7 +46,7 @@ class ActiveModel:
                 raise FatalError(f"the database's active model is now {spec.describe()}: restart with it")
             if found is None:
                 log.info("loading the embedding model %s", spec.describe())
-                found = embedders.load(spec.provider, self.settings.for_model(spec).embed)
+                found = embedders.load_configured(self.settings.for_model(spec))
                 if found.dim != spec.dim:
                     embedders.close(found)
                     raise FatalError(f"{spec.name} now answers {found.dim}-dimensional vectors, not {spec.dim}")

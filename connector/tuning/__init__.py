@@ -23,7 +23,7 @@ def run_tune(
     """Weights cross-validated on the QA's documents (from `docs`, else those stored in the database), and the QA
     documents not found or left out (with the reason)."""
     from connector import metrics
-    from connector.embedders import load
+    from connector.embedders import load_configured
     from connector.embedders.cache import CachingEmbedder
     from connector.evaluation import find_sources
     from connector.tuning import table, weights
@@ -43,7 +43,7 @@ def run_tune(
         for d in found.rows
     ]
     wanted = [r for r in records if r.doc not in found.missing]
-    embedder = CachingEmbedder(load(judged.embedder, judged.embed))
+    embedder = CachingEmbedder(load_configured(judged))
     rows, skipped = table.build(settings, embedder, sorted(sources, key=lambda s: s.name), wanted, k, progress)
     used = [m for m in metrics.METRICS if any(r.metrics.get(m) is not None for r in rows)]
     missing = found.missing + unreadable + [f"{name} ({reason})" for name, reason in skipped]
