@@ -20,6 +20,7 @@ from connector.embed import embedding_text
 from connector.embedders import close, load, spec_of
 from connector.embedders.cache import PersistentCache
 from connector.errors import EmbeddingModelMismatch, FatalError
+from connector.observe import prometheus
 from connector.pipeline import Pipeline
 from connector.settings import EmbedSettings, Settings
 from connector.worker import Worker
@@ -81,6 +82,7 @@ def test_an_edit_re_embeds_only_the_chunks_whose_text_changed(settings: Settings
                 drain(conn, pipeline)
                 assert len(stub.requests) == before, "unchanged text never reaches the provider"
                 assert EMBED_CACHE.labels("hit")._value.get() - hits == len(set(first))
+                assert b'connector_embed_cache_total{result="hit"}' in prometheus()
                 same = conn.execute(
                     "SELECT a.embedding = b.embedding FROM connector.chunks a JOIN connector.chunks b USING (ordinal) "
                     "JOIN connector.documents da ON da.id = a.document_id JOIN connector.documents db "
@@ -261,3 +263,22 @@ def test_a_reembed_killed_midway_resumes_where_it_stopped(fake_corpus: str, tmp_
         assert hnsw == (2,)
         dims = conn.execute("SELECT DISTINCT vector_dims(standby_embedding) FROM connector.chunks").fetchall()
         assert dims == [(32,)]
+
+
+def test_a_sidecar_given_a_wrong_key_stops_with_a_clear_error_and_never_prints_the_key(dsn: str, tmp_path) -> None:
+    wrong = "sk-live-Qw3rTy9-never-print-me"
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "note.md").write_text("# Penguins\n\nPenguins live in the southern hemisphere.\n")
+    with EmbeddingStub(dim=32, key=KEY) as stub:
+        env = {**child_env(tmp_path), "CONNECTOR_EMBEDDER": "openai", "CONNECTOR_EMBED_BASE_URL": stub.base_url,
+               "CONNECTOR_EMBED_API_KEY": wrong, "CONNECTOR_LOG_FORMAT": "json"}  # fmt: skip
+        out = subprocess.run(connector_cmd("ingest", "docs", "--dsn", dsn, "-v"), env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=180)  # fmt: skip
+        assert stub.requests, "the endpoint was asked"
+    shown = out.stdout + out.stderr
+    assert out.returncode == 2, shown
+    assert "refused the API key (HTTP 401)" in shown and "CONNECTOR_EMBED_API_KEY" in shown
+    assert wrong not in shown and wrong[-4:] not in shown and "sk-liv" not in shown
+    assert "Traceback" not in shown
+    with psycopg.connect(dsn) as conn:  # stopped at the first request (the dimension probe): nothing written at all
+        assert conn.execute("SELECT to_regclass('connector.documents')").fetchone() == (None,)
