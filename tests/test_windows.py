@@ -20,7 +20,7 @@ from connector.embedders import load
 from connector.embedders.base import Window
 from connector.models import Chunk
 from connector.pipeline import Pipeline
-from connector.settings import Settings
+from connector.settings import EmbedSettings, Settings
 from connector.worker import Worker
 from tests.conftest import FIXTURES
 
@@ -94,7 +94,7 @@ def test_the_pipeline_stores_each_window_with_its_span_and_vector(settings: Sett
             update={
                 "chunking": chunking,
                 "metrics": settings.metrics.model_copy(update={"model": "same"}),
-                "embed_template": template,
+                "embed": settings.embed.model_copy(update={"template": template}),
                 "embedder": "minilm",
             }  # fmt: skip
         )
@@ -150,11 +150,12 @@ def test_the_heading_prefix_of_the_template() -> None:
     assert suffix("{text}\n\n(from {title})", None, ()) == ""
 
 
-def test_the_template_setting_is_checked() -> None:
-    assert Settings(embed_template="{title}\\n{text}").embed_template == "{title}\n{text}"  # `\n` from the env
+def test_the_template_setting_is_checked(monkeypatch) -> None:
+    monkeypatch.setenv("CONNECTOR_EMBED_TEMPLATE", "{title}\\n{text}")  # `\n` as an environment variable holds it
+    assert Settings().embed_template == "{title}\n{text}"
     for bad in ("{heading}", "{text} {text}", "{text} {author}", "{text} {"):
-        with pytest.raises(ValidationError, match="embed_template"):
-            Settings(embed_template=bad)
+        with pytest.raises(ValidationError, match="template"):
+            EmbedSettings(template=bad)
 
 
 @given(
@@ -214,7 +215,7 @@ def test_the_readmes_reembed_statement_re_embeds_stored_documents(settings: Sett
     text = "## Volumes\n\nDocker volumes keep data outside the container, and survive its removal.\n"
 
     def drain(template: str) -> list:
-        run_settings = settings.model_copy(update={"embed_template": template})
+        run_settings = settings.model_copy(update={"embed": settings.embed.model_copy(update={"template": template})})
         with connect(dsn, autocommit=True) as conn:
             Worker(conn, Pipeline(run_settings, fake), []).drain(threading.Event())
             register_vector(conn)

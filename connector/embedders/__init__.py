@@ -7,6 +7,7 @@ checked against the database before paying for the load.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 from connector.embedders.base import Embedder, Embeddings, ModelSpec
@@ -14,29 +15,26 @@ from connector.errors import FatalError
 
 __all__ = ["Embedder", "Embeddings", "ModelSpec", "close", "load", "load_configured", "spec", "spec_of_settings"]
 
-PROVIDERS = ("minilm", "openai", "fake", "lexical")
+# Each provider is a module with `spec(embed) -> ModelSpec` (what it would load, without loading) and
+# `load(embed, models_dir) -> Embedder`; a new one (Cohere, Voyage, a LiteLLM route) is a module and a line here.
+PROVIDERS = {
+    "minilm": "connector.embedders.minilm",
+    "openai": "connector.embedders.openai",
+    "fake": "connector.embedders.fake",
+    "lexical": "connector.embedders.lexical",
+}
+
+
+def _module(provider: str):
+    try:
+        return importlib.import_module(PROVIDERS[provider])
+    except KeyError:
+        raise FatalError(f"unknown embedder {provider!r}; known: {', '.join(PROVIDERS)}") from None
 
 
 def spec(provider: str, embed=None) -> ModelSpec:
     """What `load(provider, embed)` would load, without loading it (dim None: only the endpoint can tell)."""
-    embed = embed if embed is not None else _default_embed()
-    if provider == "minilm":
-        from connector.embedders.minilm import MiniLMEmbedder, model_name
-
-        return ModelSpec("minilm", model_name(embed.runtime), MiniLMEmbedder.dim)
-    if provider == "openai":
-        from connector.embedders import openai
-
-        return openai.spec(embed)
-    if provider == "fake":
-        from connector.embedders.fake import FakeEmbedder
-
-        return ModelSpec("fake", FakeEmbedder.name, FakeEmbedder.dim)
-    if provider == "lexical":
-        from connector.embedders.lexical import LexicalEncoder
-
-        return ModelSpec("lexical", LexicalEncoder.name, LexicalEncoder.dim)
-    raise FatalError(f"unknown embedder {provider!r}; known: {', '.join(PROVIDERS)}")
+    return _module(provider).spec(embed if embed is not None else _default_embed())
 
 
 def spec_of_settings(settings) -> ModelSpec:
@@ -51,27 +49,7 @@ def load_configured(settings) -> Embedder:
 def load(provider: str, embed=None, models_dir: Path | None = None) -> Embedder:
     """The model, ready to embed; `embed` is the EmbedSettings (runtime, device, endpoint...), `models_dir` where
     a local model's exported files are kept (default: the settings' models folder)."""
-    embed = embed if embed is not None else _default_embed()
-    spec(provider, embed)  # an unknown name fails here, before any import
-    if provider == "minilm":
-        from connector.embedders.minilm import load_minilm
-
-        if models_dir is None:
-            from connector.settings import Settings
-
-            models_dir = Settings().metric_models_dir
-        return load_minilm(embed, models_dir)
-    if provider == "openai":
-        from connector.embedders.openai import OpenAIEmbedder
-
-        return OpenAIEmbedder(embed)
-    if provider == "fake":
-        from connector.embedders.fake import FakeEmbedder
-
-        return FakeEmbedder()
-    from connector.embedders.lexical import LexicalEncoder
-
-    return LexicalEncoder()
+    return _module(provider).load(embed if embed is not None else _default_embed(), models_dir)
 
 
 def spec_of(embedder: Embedder) -> ModelSpec:

@@ -7,7 +7,7 @@ stored test databases depend on them.
 
 from __future__ import annotations
 
-from connector.embedders.base import Embeddings
+from connector.embedders.base import Embeddings, ModelSpec
 from connector.embedders.lexical import hashed_bow
 
 
@@ -18,3 +18,11 @@ class FakeEmbedder:
 
     def embed(self, texts: list[str]) -> Embeddings:
         return Embeddings.whole(texts, hashed_bow(texts, self.dim))
+
+
+def spec(embed) -> ModelSpec:
+    return ModelSpec(FakeEmbedder.provider, FakeEmbedder.name, FakeEmbedder.dim)
+
+
+def load(embed, models_dir) -> FakeEmbedder:
+    return FakeEmbedder()

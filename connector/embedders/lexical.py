@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from connector.embedders.base import Embeddings, normalise
+from connector.embedders.base import Embeddings, ModelSpec, normalise
 
 _WORD = re.compile(r"\w+")
 STOP_WORDS = frozenset(
@@ -104,3 +104,11 @@ class LexicalEncoder:
 
     def embed(self, texts: list[str]) -> Embeddings:
         return Embeddings.whole(texts, hashed_bow(texts, self.dim, STOP_WORDS))
+
+
+def spec(embed) -> ModelSpec:
+    return ModelSpec(LexicalEncoder.provider, LexicalEncoder.name, LexicalEncoder.dim)
+
+
+def load(embed, models_dir) -> LexicalEncoder:
+    return LexicalEncoder()

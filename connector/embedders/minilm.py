@@ -14,12 +14,20 @@ from pathlib import Path
 import numpy as np
 
 from connector.counters import EMBED_INPUTS, EMBED_REQUESTS
-from connector.embedders.base import Embeddings, Window, pool_windows
+from connector.embedders.base import Embeddings, ModelSpec, Window, pool_windows
 
 _LOAD_LOCK = threading.Lock()
 
 
-def load_minilm(embed, models_dir: Path) -> MiniLMEmbedder:
+def spec(embed) -> ModelSpec:
+    return ModelSpec("minilm", model_name(embed.runtime), MiniLMEmbedder.dim)
+
+
+def load(embed, models_dir: Path | None) -> MiniLMEmbedder:
+    if models_dir is None:  # where the settings keep models (the ONNX export is built there once)
+        from connector.settings import Settings
+
+        models_dir = Settings().metric_models_dir
     if embed.runtime == "torch":
         return MiniLMEmbedder(embed.batch(remote=False), device(embed.device))
     from connector.embedders.onnx import OnnxEncoder

@@ -47,6 +47,10 @@ def spec(embed) -> ModelSpec:
     return ModelSpec("openai", embed.model, embed.dimensions, tuple((k, v) for k, v in options.items() if v))
 
 
+def load(embed, models_dir) -> OpenAIEmbedder:
+    return OpenAIEmbedder(embed)
+
+
 def public_url(url: str | None) -> str | None:
     """The base URL without user:password@ (recorded in the database and shown in messages)."""
     if not url or "@" not in url.split("://", 1)[-1].split("/", 1)[0]:
