@@ -25,6 +25,7 @@ from connector.db.database import connect
 from connector.embed import document_span, embedding_text
 from connector.embedders import Embedder, ModelSpec
 from connector.embedders.cache import PersistentCache, text_hash
+from connector.errors import DocumentError
 from connector.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,11 @@ def estimate(dsn: str, settings: Settings, spec: ModelSpec) -> Estimate:
         ]
         done = embeddings.standby_progress(conn)[0] if resume else 0
         hashes = list(dict.fromkeys(text_hash(t) for t in texts))
-        cached = len(embeddings.CacheTable(dsn).get(spec.cache_key, hashes, spec.dim)) if spec.dim else 0
+        table = embeddings.CacheTable(dsn)
+        try:
+            cached = len(table.get(spec.cache_key, hashes, spec.dim)) if spec.dim else 0
+        finally:
+            table.close()
     return Estimate(len(texts), len(texts) - done, sum(tokens.count_many(texts, encoding)), cached, encoding)
 
 
@@ -91,20 +96,34 @@ def fill(conn: psycopg.Connection, model: Embedder, settings: Settings, on_progr
     n, after = 0, 0
     done, total = embeddings.standby_progress(conn)
     on_progress(done, total)
-    size = batch_chunks(settings, embedders.spec_of(model))
+    spec = embedders.spec_of(model)
+    size = batch_chunks(settings, spec)
     while batch := embeddings.missing_standby(conn, after, size):
         texts = [embedding_text(settings.embed_template, c.title, tuple(c.section_path), c.text) for c in batch]
-        result = model.embed([t for t, _ in texts])
+        result = _embed(model, batch, [t for t, _ in texts])
         rows = []
         for c, (_, prefix_len), vector, windows in zip(batch, texts, result.vectors, result.window_spans, strict=True):
             spans = [(*document_span(w.start, w.end, c.start_char, c.end_char, prefix_len), w.vector) for w in windows]
             rows.append((c.id, vector, spans))
-        embeddings.write_standby(conn, rows)
+        embeddings.write_standby(conn, spec, rows)
         n += len(batch)
         done += len(batch)
         after = batch[-1].id
         on_progress(done, max(total, done))
     return n
+
+
+def _embed(model: Embedder, batch: list, texts: list[str]):
+    """The batch's vectors; a text the model refuses is named (chunk and document), so that it can be dealt with."""
+    try:
+        return model.embed(texts)
+    except DocumentError:
+        for c, t in zip(batch, texts, strict=True):
+            try:
+                model.embed([t])
+            except DocumentError as exc:
+                raise DocumentError(f"chunk {c.id} ({c.title or 'untitled'}): {exc}") from None
+        raise
 
 
 def switch(dsn: str, settings: Settings, on_progress: Callable[[int, int], None]) -> tuple[ModelSpec, ModelSpec]:

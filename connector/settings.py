@@ -340,8 +340,17 @@ class Settings(BaseSettings):
         options = dict(spec.options)
         embed = self.embed
         if spec.provider == "openai":
-            embed = embed.model_copy(update={"model": spec.name, "base_url": options.get("base_url") or embed.base_url,
-                                             "dimensions": options.get("dimensions")})  # fmt: skip
+            from connector.embedders.openai import public_url
+
+            # The recorded endpoint exactly (none: OpenAI's). The configured URL and key are used only when they are
+            # that endpoint's (the configured URL may carry credentials the record leaves out): a key is never sent
+            # to another server than the one it was configured for.
+            recorded = options.get("base_url")
+            same = public_url(embed.base_url) == recorded
+            embed = embed.model_copy(update={
+                "model": spec.name, "dimensions": options.get("dimensions"),
+                "base_url": embed.base_url if same else recorded, "api_key": embed.api_key if same else None,
+            })  # fmt: skip
         elif spec.provider == "minilm":
             int8 = spec.name.endswith("(int8)")
             if int8 != (embed.runtime == "onnx-int8"):

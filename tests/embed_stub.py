@@ -7,7 +7,8 @@ search through them finds what shares words with the question. What it can be to
 - `key`: the only key it accepts (others get OpenAI's 401, which quotes part of the key);
 - `max_tokens`: inputs longer than this many of *its own* tokens (`server_tokens`: one per 3 characters, more than
   tiktoken counts) get OpenAI's 400 "maximum context length";
-- `delay`: seconds every request takes.
+- `delay`: seconds every request takes; `max_batch`: more inputs in one request get TEI's 413; `fixed_dim`: a
+  `dimensions` parameter gets 400.
 It records every request (inputs, headers, arrival time) and how many were in flight at once.
 """
 
@@ -19,6 +20,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from connector.embedders.lexical import hashed_bow
+from connector.embedders.openai import PROBE
 
 
 def server_tokens(text: str) -> int:
@@ -27,6 +29,8 @@ def server_tokens(text: str) -> int:
 
 class EmbeddingStub:
     def __init__(self, dim: int = 64, key: str | None = None, max_tokens: int | None = None, delay: float = 0.0):
+        self.max_batch: int | None = None  # more inputs in one request: 413, as Text Embeddings Inference answers
+        self.fixed_dim = False  # True: a `dimensions` parameter is refused with 400, as for text-embedding-ada-002
         self.dim = dim
         self.key = key
         self.max_tokens = max_tokens
@@ -71,6 +75,12 @@ class EmbeddingStub:
                     return self._send(401, _error(f"Incorrect API key provided: {given[:3]}***{given[-4:]}.",
                                                   "invalid_api_key"))  # fmt: skip
                 inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                if stub.max_batch is not None and len(inputs) > stub.max_batch:
+                    return self._send(413, {"error": f"batch size {len(inputs)} > maximum allowed batch size "
+                                            f"{stub.max_batch}", "error_type": "Validation"})  # fmt: skip
+                if stub.fixed_dim and body.get("dimensions"):
+                    return self._send(400, _error("This model does not support specifying dimensions.",
+                                                  "invalid_request_error"))  # fmt: skip
                 if any(not isinstance(t, str) for t in inputs):
                     return self._send(400, _error("this server takes text, not token ids", "invalid_request_error"))
                 if stub.max_tokens is not None:
@@ -115,6 +125,11 @@ class EmbeddingStub:
     @property
     def inputs(self) -> list[str]:
         return [t for r in self.requests for t in r["body"]["input"]]
+
+    @property
+    def texts(self) -> list[str]:
+        """The inputs but the embedder's one-word request at start."""
+        return [t for t in self.inputs if t != PROBE]
 
     def __enter__(self) -> EmbeddingStub:
         self.thread.start()

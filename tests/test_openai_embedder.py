@@ -13,7 +13,7 @@ import pytest
 from connector import tokens
 from connector.embedders import close, load
 from connector.errors import FatalError, TransientError
-from connector.settings import EmbedSettings
+from connector.settings import EmbedSettings, Settings
 from tests.embed_stub import EmbeddingStub, server_tokens
 
 KEY = "sk-test-Zq81mPw0secretKEY4421"
@@ -51,9 +51,9 @@ def test_inputs_are_batched_into_as_few_requests_as_the_batch_size_allows(stub, 
     result = model.embed(texts)
     assert result.vectors.shape == (29, 64)
     assert np.allclose(np.linalg.norm(result.vectors, axis=1), 1)
-    sizes = [len(r["body"]["input"]) for r in stub.requests]
+    sizes = [len(r["body"]["input"]) for r in stub.requests[1:]]  # after the one-word request at start
     assert len(sizes) <= math.ceil(29 / 8) and max(sizes) <= 8
-    assert sorted(stub.inputs) == sorted(texts)  # every text once (requests run concurrently)
+    assert sorted(stub.texts) == sorted(texts)  # every text once (requests run concurrently)
     assert all(r["body"]["encoding_format"] == "float" and r["body"]["dimensions"] == 64 for r in stub.requests)
     # the same answer as one request per text: batching changes nothing in the vectors
     single = opened(embed_settings(stub, batch_size=1, dimensions=64)).embed(texts[:3]).vectors
@@ -79,7 +79,7 @@ def test_a_batch_from_several_threads_is_sent_with_at_most_concurrency_requests_
         t.join()
     assert stub.max_in_flight <= 3
     assert stub.max_in_flight >= 2, "requests overlap"
-    assert sorted(stub.inputs) == sorted(texts)
+    assert sorted(stub.texts) == sorted(texts)
     alone = opened(embed_settings(stub, dimensions=64)).embed(texts[1::4]).vectors
     assert np.allclose(out[1], alone, atol=1e-6)
 
@@ -142,7 +142,7 @@ def test_a_text_over_the_token_limit_is_embedded_in_windows_never_truncated(stub
     assert len(windows) == math.ceil(tokens.count(text, "cl100k_base") / 100)
     assert all(tokens.count(text[w.start : w.end], "cl100k_base") <= 100 for w in windows)
     assert "".join(text[w.start : w.end] for w in windows) == text  # every character, once, in order
-    assert stub.inputs == [text[w.start : w.end] for w in windows]
+    assert stub.texts == [text[w.start : w.end] for w in windows]
     pooled = sum(w.tokens * w.vector for w in windows)
     assert np.allclose(result.vectors[0], pooled / np.linalg.norm(pooled), atol=1e-6)
 
@@ -158,3 +158,32 @@ def test_a_server_counting_more_tokens_than_tiktoken_gets_shorter_windows(stub, 
     assert "".join(text[w.start : w.end] for w in windows) == text
     assert result.window_spans[1][0].end == len("short one")
     assert "CONNECTOR_EMBED_MAX_INPUT_TOKENS" in caplog.text
+
+
+def test_a_server_refusing_large_batches_with_413_gets_them_split(stub, opened) -> None:
+    stub.max_batch = 3  # Text Embeddings Inference's max_client_batch_size
+    model = opened(embed_settings(stub, batch_size=8, dimensions=64))
+    texts = [f"item {i} on the list of fjords" for i in range(8)]
+    result = model.embed(texts)
+    assert result.vectors.shape == (8, 64) and set(stub.texts) == set(texts)  # refused ones are recorded too
+    assert max(len(r["body"]["input"]) for r in stub.requests[-8:]) == 1  # then one by one
+    alone = opened(embed_settings(stub, batch_size=1, dimensions=64)).embed(texts[:2]).vectors
+    assert np.allclose(alone, result.vectors[:2], atol=1e-6)
+
+
+def test_dimensions_the_model_cannot_give_stop_it_at_start(stub, opened) -> None:
+    stub.fixed_dim = True
+    with pytest.raises(FatalError, match="refuses a one-word request.*HTTP 400.*dimensions"):
+        opened(embed_settings(stub, dimensions=256))
+
+
+def test_a_recorded_endpoint_gets_the_configured_key_only_if_it_is_the_configured_endpoint() -> None:
+    from connector.embedders.base import ModelSpec
+
+    configured = Settings(embedder="openai", embed=EmbedSettings(base_url="https://user:pw@a.example/v1", api_key=KEY))
+    same = configured.for_model(ModelSpec("openai", "m", 8, (("base_url", "https://a.example/v1"),)))
+    assert same.embed.base_url == "https://user:pw@a.example/v1" and same.embed.api_key.get_secret_value() == KEY
+    other = configured.for_model(ModelSpec("openai", "m", 8, (("base_url", "http://b.example/v1"),)))
+    assert other.embed.base_url == "http://b.example/v1" and other.embed.api_key is None
+    openai_itself = configured.for_model(ModelSpec("openai", "m", 8))
+    assert openai_itself.embed.base_url is None and openai_itself.embed.api_key is None

@@ -74,7 +74,7 @@ def test_an_edit_re_embeds_only_the_chunks_whose_text_changed(settings: Settings
                 conn.execute(insert, ("v1", text))
                 drain(conn, pipeline)
                 first = embedded_texts(conn, s, "v1")
-                assert len(first) > 5 and len(stub.inputs) == len(set(first))
+                assert len(first) > 5 and len(stub.texts) == len(set(first))
                 assert pipeline.chunk_embedder.last == {"embedded": len(set(first)), "cached": 0}
 
                 before, hits = len(stub.requests), EMBED_CACHE.labels("hit")._value.get()
@@ -90,13 +90,13 @@ def test_an_edit_re_embeds_only_the_chunks_whose_text_changed(settings: Settings
                 ).fetchall()
                 assert same and all(r[0] for r in same), "a cached vector is the vector the model gave"
 
-                sent = len(stub.inputs)
+                sent = len(stub.texts)
                 conn.execute("UPDATE connector.documents SET content = %s WHERE source_key = 'v1'", (edited,))
                 drain(conn, pipeline)
                 second = embedded_texts(conn, s, "v1")
                 changed = set(second) - set(first)
                 assert second != first and 0 < len(changed) < len(second)
-                assert sorted(stub.inputs[sent:]) == sorted(changed), "only the chunks whose text changed"
+                assert sorted(stub.texts[sent:]) == sorted(changed), "only the chunks whose text changed"
         finally:
             pipeline.close()
             close(model)
@@ -244,14 +244,14 @@ def test_a_reembed_killed_midway_resumes_where_it_stopped(fake_corpus: str, tmp_
                 proc.wait()
         stopped_at = done()
         assert 4 <= stopped_at < total
-        sent_before = len(stub.inputs)
+        sent_before = len(stub.texts)
         rerun = subprocess.run(connector_cmd(*args), env=env, cwd=tmp_path, capture_output=True, text=True,
                                timeout=180)  # fmt: skip
         assert rerun.returncode == 0, rerun.stdout + rerun.stderr
         assert f"{total - stopped_at} of {total} chunks to embed" in rerun.stderr
         assert "connector reembed --switch" in rerun.stderr
         assert done() == total
-        resent = len(stub.inputs[sent_before:]) - (total - stopped_at)
+        resent = len(stub.texts[sent_before:]) - (total - stopped_at)
         assert resent <= 2, "only what was in flight at the kill (already in the cache otherwise) is sent again"
         assert KEY not in rerun.stdout + rerun.stderr
     with connect(dsn, autocommit=True) as conn:

@@ -270,6 +270,8 @@ def prepare_standby(conn: psycopg.Connection, spec: ModelSpec) -> ModelRow:
             )
         if standby is None:
             conn.execute(INSERT_MODEL, _model_params("standby", spec, "building"))
+        else:  # resumed, or filled again: not switchable until this build says so
+            conn.execute(SET_STATE, ("building",))
         existing = conn.execute(COLUMN_DIM, ("standby_embedding",)).fetchone()
         if existing is not None and existing[0] != spec.dim:
             conn.execute("ALTER TABLE connector.chunks DROP COLUMN standby_embedding")
@@ -313,13 +315,20 @@ def standby_progress(conn: psycopg.Connection) -> tuple[int, int]:
 
 
 def write_standby(
-    conn: psycopg.Connection, vectors: list[tuple[int, np.ndarray, list[tuple[int, int, np.ndarray]]]]
+    conn: psycopg.Connection, spec: ModelSpec, vectors: list[tuple[int, np.ndarray, list[tuple[int, int, np.ndarray]]]]
 ) -> None:
     """(chunk id, vector, windows in document offsets) for chunks that may have been deleted meanwhile: those are
-    skipped."""
+    skipped. Refused when the standby slot no longer holds `spec` (a switch or a drop ran meanwhile: the names now
+    point at another model's vectors)."""
     windows = [{"id": cid, "no": no, "start": s, "end": e, "v": v}
                for cid, _, ws in vectors for no, (s, e, v) in enumerate(ws)]  # fmt: skip
     with conn.transaction(), conn.cursor() as cur:
+        cur.execute(LOCK_SHARED, (MODEL_LOCK,))
+        standby = models(conn).get("standby")
+        if standby is None or not same_space(standby.spec, spec):
+            raise FatalError(
+                f"the standby slot no longer holds {spec.describe()} (a switch or drop ran meanwhile): nothing written"
+            )
         cur.executemany(SET_STANDBY, [(v, cid) for cid, v, _ in vectors])
         cur.executemany(INSERT_STANDBY_WINDOW, windows)
 
@@ -364,11 +373,13 @@ _SWAPS = (
 
 
 def begin_switch(conn: psycopg.Connection) -> tuple[ModelRow, ModelRow]:
-    """In the caller's transaction: wait for writes and searches in flight, keep new writes out (readers go on),
-    and return (active, standby). The caller fills the standby gaps left by writes since the last pass, then calls
-    `finish_switch` in the same transaction."""
+    """In the caller's transaction: wait for writes and searches in flight, keep new ones out until it commits
+    (plain SQL readers go on until the renames), and return (active, standby). The caller fills the standby gaps
+    left by writes since the last pass, then calls `finish_switch` in the same transaction."""
     conn.execute(LOCK_EXCLUSIVE, (MODEL_LOCK,))
     slots = models(conn)
+    if "active" not in slots:
+        raise FatalError("this database has no active embedding model yet: nothing to switch from")
     if "standby" not in slots:
         raise FatalError("no standby model to switch to: run `connector reembed --embedder … [--model …]` first")
     if slots["standby"].state != "ready":

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 _IDLE_S = 0.5  # the dispatcher thread leaves after this long without work (and starts again on the next text)
 _MIN_WINDOW = 16
+PROBE = "dimension probe"  # the text of the one request sent at start
 _TOO_LONG_HINTS = ("too long", "maximum context", "context length", "too many tokens", "exceeds", "max_tokens",
                    "maximum input", "input length", "sequence length")  # fmt: skip
 
@@ -52,12 +53,28 @@ def load(embed, models_dir) -> OpenAIEmbedder:
 
 
 def public_url(url: str | None) -> str | None:
-    """The base URL without user:password@ (recorded in the database and shown in messages)."""
-    if not url or "@" not in url.split("://", 1)[-1].split("/", 1)[0]:
+    """The base URL without user:password@ and without a query (either may hold a token): what the database
+    records and messages show."""
+    if not url:
         return url
-    scheme, _, rest = url.partition("://")
-    host_and_path = rest.split("@", 1)[1]
-    return f"{scheme}://{host_and_path}"
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def _register_secrets(url: str | None, key: str | None) -> None:
+    from urllib.parse import unquote, urlsplit
+
+    if key and len(key) >= 8:  # a placeholder ("ollama", "unused") is no secret, and masking it garbles logs
+        secrets.add(key)
+    if url:
+        parts = urlsplit(url)
+        if parts.password:
+            secrets.add(parts.password, unquote(parts.password))
+        if parts.query:
+            secrets.add(parts.query)
 
 
 class OpenAIEmbedder:
@@ -73,7 +90,7 @@ class OpenAIEmbedder:
                     "CONNECTOR_EMBEDDER=openai needs a key: set CONNECTOR_EMBED_API_KEY (or OPENAI_API_KEY)"
                 )
             key = "unused"  # local servers ignore it; the client insists on one
-        secrets.add(key)
+        _register_secrets(embed.base_url, key)
         self.name = embed.model
         self._client = OpenAI(api_key=key, base_url=embed.base_url, timeout=embed.timeout,
                               max_retries=embed.max_retries)  # fmt: skip
@@ -83,15 +100,18 @@ class OpenAIEmbedder:
         self._max_tokens = embed.max_input_tokens
         self._window_note = threading.Event()
         self._batcher = _Batcher(self._send, embed.batch(remote=True), embed.max_request_tokens, embed.concurrency)
-        self.spec = spec(embed)
+        # One short request at start: a wrong key, model or `dimensions` stops here, before any document is
+        # touched, and it tells the model's dimension when none was asked for.
         self.dim = embed.dimensions or 0
-        if not self.dim:  # one short request tells the model's dimension before anything is stored
-            try:
-                self.dim = len(self._batcher.submit([("dimension probe", 2)])[0].result())
-            except BaseException:
-                self.close()
-                raise
-            self.spec = ModelSpec("openai", self.name, self.dim, self.spec.options)
+        try:
+            self.dim = len(self._batcher.submit([(PROBE, 2)])[0].result())
+        except DocumentError as exc:
+            self.close()
+            raise FatalError(f"the embedding endpoint refuses a one-word request: {exc}") from None
+        except BaseException:
+            self.close()
+            raise
+        self.spec = ModelSpec("openai", self.name, self.dim, spec(embed).options)
 
     def embed(self, texts: list[str]) -> Embeddings:
         if not texts:
@@ -162,43 +182,22 @@ class OpenAIEmbedder:
         EMBED_TOKENS.labels(self.name).inc(n_tokens)
         try:
             answer = self._client.embeddings.create(model=self.name, input=inputs, encoding_format="float", **kwargs)
-        except openai.BadRequestError as exc:
-            if len(inputs) > 1:  # find the input it refuses; the others are embedded
+        except openai.APIStatusError as exc:
+            if exc.status_code not in (400, 413, 422):
+                raise self._status_error(exc) from None
+            # 400/422 for one input (too long, or refused), 413 for a batch too large for the server (TEI's
+            # max_client_batch_size, a payload limit): split the batch; a single input is then cut shorter or
+            # refused on its own.
+            if len(inputs) > 1:
                 raise _Split() from None
             text = str(getattr(exc, "message", "") or exc).lower()
-            if any(h in text for h in _TOO_LONG_HINTS):
+            if exc.status_code == 413 or any(h in text for h in _TOO_LONG_HINTS):
                 raise InputTooLong() from None
-            raise DocumentError(f"the embedding endpoint refused an input (HTTP 400): {_short(exc)}") from None
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            EMBED_RETRIES.labels(self.name, "auth").inc()
-            raise FatalError(
-                f"the embedding endpoint refused the API key (HTTP {exc.status_code}): check CONNECTOR_EMBED_API_KEY"
-            ) from None
-        except openai.NotFoundError:
-            raise FatalError(
-                f"the embedding endpoint has no model {self.name!r} (HTTP 404): check CONNECTOR_EMBED_MODEL and "
-                "CONNECTOR_EMBED_BASE_URL"
-            ) from None
-        except openai.RateLimitError:
-            EMBED_RETRIES.labels(self.name, "rate_limited").inc()
-            raise TransientError(
-                f"the embedding endpoint is rate limiting (HTTP 429 after {self._retries} retries)"
-            ) from None
-        except openai.APITimeoutError:
-            EMBED_RETRIES.labels(self.name, "timeout").inc()
-            raise TransientError(f"the embedding endpoint timed out ({self._retries} retries)") from None
-        except openai.APIConnectionError:
-            EMBED_RETRIES.labels(self.name, "connection").inc()
-            raise TransientError(f"cannot reach the embedding endpoint ({self._retries} retries)") from None
-        except openai.APIStatusError as exc:
-            EMBED_RETRIES.labels(self.name, "status").inc()
-            if exc.status_code >= 500:
-                raise TransientError(
-                    f"the embedding endpoint failed (HTTP {exc.status_code} after {self._retries} retries)"
-                ) from None
             raise DocumentError(
-                f"the embedding endpoint refused the request (HTTP {exc.status_code}): {_short(exc)}"
+                f"the embedding endpoint refused an input (HTTP {exc.status_code}): {_short(exc)}"
             ) from None
+        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+            raise self._status_error(exc) from None
         data = sorted(answer.data, key=lambda d: d.index)
         if len(data) != len(inputs):
             raise TransientError(f"the embedding endpoint answered {len(data)} vectors for {len(inputs)} inputs")
@@ -211,6 +210,37 @@ class OpenAIEmbedder:
             )
         EMBED_INPUTS.labels(self.name).inc(len(inputs))
         return list(normalise(vectors))
+
+    def _status_error(self, exc) -> Exception:
+        """What a failed request means for the caller, after the client's own retries (429, 408, 409, 5xx, timeouts,
+        connection errors): stop (key, model), or try the document again later."""
+        import openai
+
+        if isinstance(exc, openai.APITimeoutError):
+            EMBED_RETRIES.labels(self.name, "timeout").inc()
+            return TransientError(f"the embedding endpoint timed out ({self._retries} retries)")
+        if isinstance(exc, openai.APIConnectionError):
+            EMBED_RETRIES.labels(self.name, "connection").inc()
+            return TransientError(f"cannot reach the embedding endpoint ({self._retries} retries)")
+        status = exc.status_code
+        if status in (401, 403):
+            EMBED_RETRIES.labels(self.name, "auth").inc()
+            return FatalError(
+                f"the embedding endpoint refused the API key (HTTP {status}): check CONNECTOR_EMBED_API_KEY"
+            )
+        if status == 404:
+            EMBED_RETRIES.labels(self.name, "not_found").inc()
+            return FatalError(
+                f"the embedding endpoint has no model {self.name!r} (HTTP 404): check CONNECTOR_EMBED_MODEL and "
+                "CONNECTOR_EMBED_BASE_URL"
+            )
+        if status == 429:
+            EMBED_RETRIES.labels(self.name, "rate_limited").inc()
+            return TransientError(f"the embedding endpoint is rate limiting (HTTP 429 after {self._retries} retries)")
+        EMBED_RETRIES.labels(self.name, "status").inc()
+        if status >= 500 or status in (408, 409, 424):
+            return TransientError(f"the embedding endpoint failed (HTTP {status} after {self._retries} retries)")
+        return DocumentError(f"the embedding endpoint refused the request (HTTP {status}): {_short(exc)}")
 
 
 class _Split(Exception):
