@@ -100,8 +100,8 @@ def search_vector(
     with conn.transaction():
         if model is not None:
             row = embeddings.hold_shared(conn)  # no switch until these rows are read
-            if row is None or not embeddings.same_space(row.spec, model):
-                return None
+            if row is not None and not embeddings.same_space(row.spec, model):
+                return None  # (no row: nothing is stored yet, any model finds nothing)
         hits = store.search(vector, question if hybrid else None, k, filter)
         return [Result(hit, store.search_context(hit.chunk_id, context) if context else None) for hit in hits]
 

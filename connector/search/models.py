@@ -33,8 +33,16 @@ class ActiveModel:
         """The active model's spec and embedder (read outside any transaction of the caller's)."""
         with conn.transaction():
             row = embeddings.active(conn)
-        if row is None:
-            raise FatalError("this database has no embeddings yet: ingest documents first")
+        if row is None:  # nothing stored yet (a search finds nothing): the model at hand, or the configured one
+            if self._loaded:
+                embedder = next(iter(self._loaded.values()))
+                return embedders.spec_of(embedder), embedder
+            if self.settings is None:
+                raise FatalError("this database has no embeddings yet and no model is loaded")
+            spec = embedders.spec_of_settings(self.settings)
+            if spec.dim is None:
+                raise FatalError("this database has no embeddings yet: ingest documents first")
+            return spec, self.embedder_for(spec)
         self.last = (row.spec, self.embedder_for(row.spec))
         return self.last
 
