@@ -122,33 +122,33 @@ def mismatch(stored: ModelRow, configured: ModelSpec) -> EmbeddingModelMismatch:
         f"this database's vectors come from {stored.spec.describe()}, but this connector is configured for "
         f"{configured.describe()}. Vectors of different models cannot be compared. Either configure the database's "
         f"model ({env_for(stored.spec)}), or move the database to the new model without downtime: "
-        f"`connector reembed {reembed_args(configured)}`, then `connector reembed --switch`."
+        f"`{reembed_command(configured)}`, then `connector reembed --switch`."
     )
 
 
+def _loading(spec: ModelSpec) -> list[tuple[str, str | None, str]]:
+    """(environment variable, reembed flag or None, value) that load this model (never a key)."""
+    found: list[tuple[str, str | None, str]] = [("CONNECTOR_EMBEDDER", "--embedder", spec.provider)]
+    options = dict(spec.options)
+    if spec.provider == "openai":
+        found.append(("CONNECTOR_EMBED_MODEL", "--model", spec.name))
+        for key, flag in (("base_url", "--base-url"), ("dimensions", "--dimensions")):
+            if options.get(key):
+                found.append((f"CONNECTOR_EMBED_{key.upper()}", flag, str(options[key])))
+    elif spec.provider == "minilm" and spec.name.endswith("(int8)"):
+        found.append(("CONNECTOR_EMBED_RUNTIME", None, "onnx-int8"))
+    return found
+
+
 def env_for(spec: ModelSpec) -> str:
-    """The settings that load this model, as environment assignments (no key)."""
-    parts = [f"CONNECTOR_EMBEDDER={spec.provider}"]
-    if spec.provider == "openai":
-        options = dict(spec.options)
-        parts.append(f"CONNECTOR_EMBED_MODEL={spec.name}")
-        if options.get("base_url"):
-            parts.append(f"CONNECTOR_EMBED_BASE_URL={options['base_url']}")
-        if options.get("dimensions"):
-            parts.append(f"CONNECTOR_EMBED_DIMENSIONS={options['dimensions']}")
-    return " ".join(parts)
+    """The settings that load this model, as environment assignments."""
+    return " ".join(f"{env}={value}" for env, _, value in _loading(spec))
 
 
-def reembed_args(spec: ModelSpec) -> str:
-    parts = [f"--embedder {spec.provider}"]
-    if spec.provider == "openai":
-        options = dict(spec.options)
-        parts.append(f"--model {spec.name}")
-        if options.get("base_url"):
-            parts.append(f"--base-url {options['base_url']}")
-        if options.get("dimensions"):
-            parts.append(f"--dimensions {options['dimensions']}")
-    return " ".join(parts)
+def reembed_command(spec: ModelSpec) -> str:
+    parts = _loading(spec)
+    env = "".join(f"{e}={v} " for e, flag, v in parts if flag is None)
+    return env + "connector reembed " + " ".join(f"{flag} {v}" for _, flag, v in parts if flag is not None)
 
 
 def ensure_active(conn: psycopg.Connection, spec: ModelSpec) -> None:
