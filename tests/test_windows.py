@@ -93,7 +93,6 @@ def test_the_pipeline_stores_each_window_with_its_span_and_vector(settings: Sett
         run_settings = settings.model_copy(
             update={
                 "chunking": chunking,
-                "metrics": settings.metrics.model_copy(update={"model": "same"}),
                 "embed": settings.embed.model_copy(update={"template": template}),
                 "embedder": "minilm",
             }  # fmt: skip
