@@ -46,7 +46,7 @@ def test_docker_backend_fails_fast_with_a_clear_message_or_really_serves_pgvecto
 def test_an_external_server_given_by_dsn_is_used_as_is(pg_admin_dsn: str, tmp_path) -> None:
     result = run_suite_part({"CONNECTOR_TEST_DSN": pg_admin_dsn})
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 passed" in result.stdout
+    assert "5 passed" in result.stdout
     # And it really is that server: one that does not exist makes the same tests error out.
     missing = run_suite_part({"CONNECTOR_TEST_DSN": f"host={tmp_path} dbname=postgres user=postgres"})
     assert missing.returncode != 0 and str(tmp_path) in missing.stdout

@@ -103,3 +103,37 @@ def test_a_model_recorded_before_0010_becomes_the_active_one(dsn: str) -> None:
     migrate(dsn, 384, "0009", downgrade=True)
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT name, dim FROM connector.embedding_model").fetchall() == [rows[0][2:4]]
+
+
+def test_two_replicas_recording_the_model_at_once_both_start(dsn: str) -> None:
+    """The second one's INSERT waits for the first one's transaction, then compares instead of failing."""
+    import threading
+
+    from psycopg.types.json import Jsonb
+
+    migrate(dsn, 384)
+    fake = load("fake")
+    errors: list[BaseException] = []
+    with psycopg.connect(dsn) as first:
+        first.execute(
+            "INSERT INTO connector.embedding_models (slot, provider, name, dim, options) VALUES "
+            "('active', 'fake', %s, 384, %s)",
+            (fake.name, Jsonb({})),
+        )  # not committed yet: the other replica is right behind
+
+        def second() -> None:
+            try:
+                with connect(dsn) as conn:
+                    ensure_embedding_model(conn, fake)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        other = threading.Thread(target=second)
+        other.start()
+        other.join(1.0)
+        assert other.is_alive(), "the second replica waits for the first one's row"
+        first.commit()
+        other.join(10)
+    assert errors == []
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM connector.embedding_models").fetchone() == (1,)

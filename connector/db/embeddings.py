@@ -163,8 +163,10 @@ def ensure_active(conn: psycopg.Connection, spec: ModelSpec) -> None:
     if row is None:
         if spec.dim != column_dim[0]:
             _resize_empty(conn, column_dim[0], spec)
-        conn.execute(INSERT_MODEL, _model_params("active", spec, "ready"))
-    elif not same_space(row.spec, spec):
+        # Two replicas starting at once on a new database: the first one's model counts, the other compares.
+        conn.execute(INSERT_MODEL + " ON CONFLICT (slot) DO NOTHING", _model_params("active", spec, "ready"))
+        row = active(conn)
+    if not same_space(row.spec, spec):
         conn.rollback()
         raise mismatch(row, spec)
     conn.commit()
