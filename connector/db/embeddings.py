@@ -8,7 +8,6 @@ or wholly after it, and one made with the old model after the switch is refused,
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -196,10 +195,6 @@ def _resize_empty(conn: psycopg.Connection, dim: int, spec: ModelSpec) -> None:
 def _model_params(slot: str, spec: ModelSpec, state: str) -> dict:
     return {"slot": slot, "provider": spec.provider, "name": spec.name, "dim": spec.dim,
             "options": Jsonb(dict(spec.options)), "state": state}  # fmt: skip
-
-
-def text_hash(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
 class CacheTable:

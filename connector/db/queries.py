@@ -1,17 +1,10 @@
-"""All SQL the connector runs, in one place. The schema name is the constant `connector` (see settings.SCHEMA).
+"""All SQL the connector runs, in one place, but that of the embedding models, their cache and `connector
+reembed`, which lives with its typed functions in embeddings.py. The schema name is the constant `connector`
+(see settings.SCHEMA).
 Statements that name a user's table or columns are `psycopg.sql` templates, filled with `sql.Identifier`.
 The rows of the reads are the dataclasses of rows.py, in the same order; a column's name (or alias) is its field's."""
 
 from psycopg import sql
-
-EMBEDDING_COLUMN_DIM = """
-SELECT atttypmod FROM pg_attribute
-WHERE attrelid = 'connector.chunks'::regclass AND attname = 'embedding' AND NOT attisdropped
-"""
-
-SELECT_EMBEDDING_MODEL = "SELECT name, dim FROM connector.embedding_model"
-
-INSERT_EMBEDDING_MODEL = "INSERT INTO connector.embedding_model (name, dim) VALUES (%s, %s)"
 
 # The Alembic revision the schema is at (`connector run --no-migrate` refuses any other than the code's head).
 SCHEMA_REVISION = "SELECT version_num FROM connector.alembic_version"

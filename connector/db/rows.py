@@ -12,14 +12,6 @@ from decimal import Decimal
 
 
 @dataclass(frozen=True, slots=True)
-class EmbeddingModel:
-    """SELECT_EMBEDDING_MODEL: the model the stored vectors come from."""
-
-    name: str
-    dim: int
-
-
-@dataclass(frozen=True, slots=True)
 class FolderSignature:
     """FOLDER_SIGNATURES: what a rescan knows of a folder row without reading its file."""
 
