@@ -47,12 +47,29 @@ def encoding(name: str) -> tiktoken.Encoding:
     return tiktoken.get_encoding(name)
 
 
+CACHED_CHARS = 16_384
+"""Texts up to this long are counted once: the strategies and guards of one document count the same spans again and
+again (the whole of a short document by every strategy, a merged pair by each guard that tries it)."""
+BATCH_CHARS = 200_000
+"""Below this many characters in all, a batch is counted in this thread: tiktoken's batch call starts a thread pool
+per call, which costs more than it saves on a short document."""
+
+
 def count(text: str, name: str) -> int:
     """Tokens in `text`; special-token strings count as ordinary text (documents are data, not prompts)."""
+    if len(text) <= CACHED_CHARS:
+        return _cached_count(text, name)
+    return len(encoding(name).encode_ordinary(text))
+
+
+@functools.lru_cache(maxsize=4096)  # at most ~64 MB of text held, ~2 MB typically
+def _cached_count(text: str, name: str) -> int:
     return len(encoding(name).encode_ordinary(text))
 
 
 def count_many(texts: list[str], name: str) -> list[int]:
     if not texts:
         return []
+    if sum(map(len, texts)) < BATCH_CHARS:
+        return [count(t, name) for t in texts]
     return [len(t) for t in encoding(name).encode_ordinary_batch(texts)]

@@ -126,30 +126,31 @@ def test_maverick_is_not_run_on_non_english_and_needs_a_local_path() -> None:
 # --- ICC and DCC ------------------------------------------------------------------------------------------------
 
 
-def fake_vectors() -> VectorCache:
-    return VectorCache(StorageEncoder(FakeEmbedder()))
+def fake_vectors(text: str):
+    """Span vectors of `text` from an encoder without a span path: each span embedded as its text."""
+    return VectorCache(StorageEncoder(FakeEmbedder()), text).spans
 
 
 def test_identical_sentences_give_icc_1() -> None:
     text = "Cats sit quietly. Cats sit quietly.\n\nDogs bark at night. Rain falls on roofs."
     sentences = Sentences(text, sentence_spans(text))
     split = text.index("Dogs")
-    assert intrachunk_cohesion(chunks_at(text, [split])[:1], sentences, fake_vectors()) == pytest.approx(1.0)
-    mixed = intrachunk_cohesion(chunks_at(text, [split])[1:], sentences, fake_vectors())
+    assert intrachunk_cohesion(chunks_at(text, [split])[:1], sentences, fake_vectors(text)) == pytest.approx(1.0)
+    mixed = intrachunk_cohesion(chunks_at(text, [split])[1:], sentences, fake_vectors(text))
     assert mixed is not None and mixed < 0.9  # two unrelated sentences agree less with their chunk
 
 
 def test_icc_is_undefined_without_a_chunk_of_two_sentences() -> None:
     text = "One sentence only here.\n\nAnother one there."
     sentences = Sentences(text, sentence_spans(text))
-    assert intrachunk_cohesion(chunks_at(text, [text.index("Another")]), sentences, fake_vectors()) is None
+    assert intrachunk_cohesion(chunks_at(text, [text.index("Another")]), sentences, fake_vectors(text)) is None
 
 
 def test_dcc_one_chunk_is_undefined_and_identical_chunks_give_1() -> None:
     text = "Apples grow on trees in the orchard. " * 3
-    assert contextual_coherence(chunks_at(text, []), fake_vectors()) is None
+    assert contextual_coherence(chunks_at(text, []), fake_vectors(text)) is None
     third = len(text) // 3
-    assert contextual_coherence(chunks_at(text, [third, 2 * third]), fake_vectors()) == pytest.approx(1.0)
+    assert contextual_coherence(chunks_at(text, [third, 2 * third]), fake_vectors(text)) == pytest.approx(1.0)
 
 
 def test_dcc_windows_slide_one_chunk_and_hold_up_to_the_limit() -> None:
@@ -237,3 +238,38 @@ def test_static_model_is_built_once_offline_and_ranks_related_sentences_higher(m
     # A text over the MiniLM window (and model2vec's default 512-token cap) is embedded whole, not truncated.
     long = "alpha beta gamma " * 400 + "zebra"
     assert not np.allclose(encoder.embed([long])[0], encoder.embed(["alpha beta gamma " * 400])[0])
+
+
+def test_span_vectors_are_the_static_models_own_vectors_of_those_texts(models_dir) -> None:
+    # One pass over the document must give what embedding each chunk and sentence alone gives: real text, with
+    # Unicode, punctuation and words the model does not know, and spans from every strategy's cuts.
+    encoder = StaticEncoder(models_dir)
+    text = (FIXTURES / "austen-northanger-abbey.txt").read_text()[:40_000] + "\n\nnaïve café — «quoted» ½ 日本語 x\u00a0y."
+    spans = sentence_spans(text)
+    spans += [(a, b) for (a, _), (_, b) in zip(spans, spans[3:], strict=False)]  # runs of sentences: chunks
+    vectors = encoder.spans(text)
+    vectors.prepare(spans[::2])  # half announced, half not: both ways must agree
+    got = vectors(spans)
+    want = encoder.embed([text[a:b] for a, b in spans])
+    cosines = np.sum(got * want, axis=1)
+    # model2vec rounds each text's mean to float16 (the model's dtype); the span path sums in float32/64
+    assert cosines.min() > 0.999, f"worst span: {text[slice(*spans[int(cosines.argmin())])]!r}"
+    assert np.allclose(encoder.spans(text)(spans[:5]), got[:5], atol=1e-6), "the word cache changes nothing"
+
+
+def test_candidates_with_the_same_chunks_are_scored_once_and_alike(tmp_path) -> None:
+    doc = convert((FIXTURES / "apache-2.0.txt").read_bytes(), "text/plain", CHUNKING)
+    half = doc.markdown.index("\n\n", len(doc.markdown) // 2)
+    same = chunks_at(doc.markdown, [half])
+    a = Candidate("a", same, raw_token_counts=(50, 2000))  # its own chunks were out of range before the guards
+    b = Candidate("b", same, raw_token_counts=(500, 600))
+    settings = Settings(data_dir=tmp_path, models_dir=tmp_path / "unused")
+    encoder = CountingEncoder()
+    scorer = DocumentMetrics(doc, settings, Resources(encoder, HeuristicCoref()))
+    scorer.prepare([a, b])
+    first, second = scorer.score(a), scorer.score(b)
+    for m in ("rc", "icc", "dcc", "bi"):
+        assert first.metrics[m] == second.metrics[m] and second.metric_ms[m] == 0.0
+    assert first.metrics["sc"] < second.metrics["sc"] == 1.0, "SC reads each strategy's own sizes"
+    alone = DocumentMetrics(doc, settings, Resources(encoder, HeuristicCoref())).score(b)
+    assert alone.metrics == second.metrics

@@ -10,6 +10,7 @@ document cost milliseconds, where a neural model on a CPU costs minutes. `encode
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,20 +33,27 @@ class SemanticChunker:
         return {"percentile": self.percentile, "window": self.window, "encoder": self.encoder}
 
     def split(self, document: Document) -> Split:
-        from connector.embedders import load
-
         text = document.markdown
         spans = sentence_spans(text)
         if len(spans) < 2:
             chunk = make_chunk(text, 0, len(text), self.encoding)
             return Split([chunk] if chunk else [])
-        vectors = load(self.encoder).embed([text[a:b] for a, b in spans]).vectors
+        vectors = _encoder(self.encoder).embed([text[a:b] for a, b in spans]).vectors
         distances = gap_distances(vectors, self.window)
         threshold = np.percentile(distances, self.percentile)
         cuts = [spans[i + 1][0] for i, d in enumerate(distances) if d > threshold]
         bounds = [0, *cuts, len(text)]
         chunks = (make_chunk(text, a, b, self.encoding) for a, b in zip(bounds, bounds[1:], strict=False))
         return Split([c for c in chunks if c is not None])
+
+
+@functools.cache
+def _encoder(name: str):
+    """The sentence encoder, loaded once per process: loading reads the settings (environment and .env), which
+    costs more than splitting a short document."""
+    from connector.embedders import load
+
+    return load(name)
 
 
 def gap_distances(vectors: np.ndarray, window: int) -> np.ndarray:

@@ -25,14 +25,33 @@ class TokenWindowChunker:
         text = document.markdown
         enc = tokens.encoding(self.encoding)
         ids = enc.encode_ordinary(text)
-        decoded, offsets = enc.decode_with_offsets(ids)
-        if decoded != text:  # cannot happen for valid text; guards the offset contract if it ever does
-            raise ValueError("tokenizer round trip changed the text")
         step = max(1, self.size - self.overlap)
+        starts = range(0, len(ids), step)
+        # Character offsets of the window edges. ASCII text: a token's bytes are its characters, so each edge is the
+        # previous one plus the length of the tokens between (one Rust call per window). Otherwise every token's
+        # offset from tiktoken (a Python loop over all tokens), which also handles tokens that split a character.
+        if text.isascii():
+            edge = {0: 0}
+            for i in starts:
+                if i + step < len(ids):
+                    edge[i + step] = edge[i] + len(enc.decode_bytes(ids[i : i + step]))
+                if i + self.size < len(ids):
+                    edge[i + self.size] = edge[i] + len(enc.decode_bytes(ids[i : i + self.size]))
+
+            def offset(k: int) -> int:
+                return edge[k]
+        else:
+            decoded, offsets = enc.decode_with_offsets(ids)
+            if decoded != text:  # cannot happen for valid text; guards the offset contract if it ever does
+                raise ValueError("tokenizer round trip changed the text")
+
+            def offset(k: int) -> int:
+                return offsets[k]
+
         chunks = []
-        for i in range(0, len(ids), step):
-            end = offsets[i + self.size] if i + self.size < len(ids) else len(text)
-            if (chunk := make_chunk(text, offsets[i], end, self.encoding)) is not None:
+        for i in starts:
+            end = offset(i + self.size) if i + self.size < len(ids) else len(text)
+            if (chunk := make_chunk(text, offset(i), end, self.encoding)) is not None:
                 chunks.append(chunk)
             if i + self.size >= len(ids):
                 break

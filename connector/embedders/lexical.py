@@ -7,7 +7,9 @@ benchmarks. Each word is hashed to a signed coordinate (the hashing trick); coun
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import math
 import re
 
 import numpy as np
@@ -91,10 +93,20 @@ def hashed_bow(texts: list[str], dim: int, stop_words: frozenset[str] = frozense
         for word in _WORD.findall(text.lower()):
             if word not in stop_words:
                 counts[word] = counts.get(word, 0) + 1
+        row: dict[int, float] = {}
         for word, n in counts.items():
-            h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
-            vectors[i, h % dim] += (1.0 + np.log(n)) * (1.0 if (h >> 32) & 1 else -1.0)
+            slot, sign = _slot(word, dim)
+            row[slot] = row.get(slot, 0.0) + (1.0 + math.log(n)) * sign
+        if row:
+            vectors[i, list(row)] = list(row.values())
     return normalise(vectors)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _slot(word: str, dim: int) -> tuple[int, float]:
+    """A word's column and sign (the hashing trick), computed once per word: words repeat across sentences."""
+    h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+    return h % dim, 1.0 if (h >> 32) & 1 else -1.0
 
 
 class LexicalEncoder:

@@ -17,7 +17,7 @@ from connector.coref import CorefBackend, Pair
 from connector.coref import load as load_coref
 from connector.embedders import Embedder
 from connector.metrics.blocks import block_integrity
-from connector.metrics.cohesion import Sentences, contextual_coherence, icc_texts, intrachunk_cohesion
+from connector.metrics.cohesion import Sentences, contextual_coherence, icc_spans, intrachunk_cohesion
 from connector.metrics.references import references_completeness
 from connector.metrics.retrievability import Probe, retrievability, retrievability_texts, sample_probes
 from connector.metrics.size import size_compliance
@@ -60,7 +60,10 @@ class DocumentMetrics:
         self.settings = settings
         self.resources = resources
         self.timer = timer
-        self.vectors = VectorCache(resources.encoder) if resources.encoder is not None else None
+        self.vectors = VectorCache(resources.encoder, document.markdown) if resources.encoder is not None else None
+        # Metric values by chunk spans: strategies often make the same chunks of a short document (the whole of it,
+        # or the same paragraphs), and everything but SC is a function of the spans alone.
+        self._by_spans: dict[tuple[tuple[int, int], ...], dict[str, float | None]] = {}
 
     @cached_property
     def sentences(self) -> Sentences:
@@ -89,15 +92,19 @@ class DocumentMetrics:
         if self.vectors is None:
             return
         texts: list[str] = []
+        every_span: list[tuple[int, int]] = []
         weights = self.settings.weights
         for candidate in pool:
             if candidate.error is None and candidate.chunks:
-                texts += [c.text for c in candidate.chunks]
+                spans = [(c.start, c.end) for c in candidate.chunks]
                 if weights.icc > 0:
-                    texts += icc_texts(candidate.chunks, self.sentences)
+                    spans += icc_spans(candidate.chunks, self.sentences)
+                every_span += spans
+                texts += self.vectors.span_texts(spans)
                 if weights.rt > 0:
                     texts += retrievability_texts(self.document.markdown, candidate.chunks, self.probes)
         with self.timer("metric:embed"):
+            self.vectors.prepare_spans(every_span)
             self.vectors.prepare(texts)
 
     def _sizes(self, candidate: Candidate) -> list[int]:
@@ -121,18 +128,24 @@ class DocumentMetrics:
             }
             if self.vectors is not None:
                 m = self.settings.metrics
-                steps["icc"] = lambda: intrachunk_cohesion(chunks, self.sentences, self.vectors)
-                steps["dcc"] = lambda: contextual_coherence(chunks, self.vectors, m.window_tokens)
+                steps["icc"] = lambda: intrachunk_cohesion(chunks, self.sentences, self.vectors.spans)
+                steps["dcc"] = lambda: contextual_coherence(chunks, self.vectors.spans, m.window_tokens)
                 steps["rt"] = lambda: retrievability(
                     self.document.markdown, chunks, self.probes, self.vectors, m.rt_budget_chars
                 )
+            known = self._by_spans.setdefault(tuple((c.start, c.end) for c in chunks), {})
             for name, step in steps.items():
                 if self.settings.weights.as_dict()[name] <= 0:
+                    continue
+                if name in known:  # the same chunks as an earlier candidate: the same value, for nothing
+                    values[name], ms[name] = known[name], 0.0
                     continue
                 s0 = time.perf_counter()
                 values[name] = step()
                 ms[name] = (time.perf_counter() - s0) * 1000
                 self.timer.add({f"metric:{name}": ms[name]})
+                if name != "sc":  # SC reads the strategy's own sizes, before the guards
+                    known[name] = values[name]
         return Scored(
             candidate,
             values,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from connector.chunkers.base import trim
 from connector.models import Chunk
 
 WINDOW_TOKENS = 3000
@@ -30,38 +31,39 @@ class Sentences:
         self.spans = spans
         self._ends = [b for _, b in spans]
 
-    def within(self, chunk: Chunk) -> list[str]:
+    def within(self, chunk: Chunk) -> list[tuple[int, int]]:
+        """Spans of the sentences (clipped to the chunk, trimmed) that hold a letter or digit."""
         out = []
         i = bisect.bisect_right(self._ends, chunk.start)
         while i < len(self.spans) and self.spans[i][0] < chunk.end:
-            a, b = max(self.spans[i][0], chunk.start), min(self.spans[i][1], chunk.end)
-            piece = self.text[a:b].strip()
-            if any(ch.isalnum() for ch in piece):
-                out.append(piece)
+            a, b = trim(self.text, max(self.spans[i][0], chunk.start), min(self.spans[i][1], chunk.end))
+            if any(ch.isalnum() for ch in self.text[a:b]):
+                out.append((a, b))
             i += 1
         return out
 
 
-def icc_texts(chunks: Sequence[Chunk], sentences: Sentences) -> list[str]:
-    """Every text ICC will ask vectors for (to embed a document's candidates in one batch)."""
+def icc_spans(chunks: Sequence[Chunk], sentences: Sentences) -> list[tuple[int, int]]:
+    """Every span ICC will ask vectors for (to embed a document's candidates in one batch)."""
     out = []
     for chunk in chunks:
         pieces = sentences.within(chunk)
         if len(pieces) >= 2:
-            out.append(chunk.text)
+            out.append((chunk.start, chunk.end))
             out += pieces
     return out
 
 
 def intrachunk_cohesion(
-    chunks: Sequence[Chunk], sentences: Sentences, vectors: Callable[[list[str]], np.ndarray]
+    chunks: Sequence[Chunk], sentences: Sentences, vectors: Callable[[list[tuple[int, int]]], np.ndarray]
 ) -> float | None:
+    """`vectors` maps spans of the document to unit vectors (`VectorCache.spans`)."""
     scores = []
     for chunk in chunks:
         pieces = sentences.within(chunk)
         if len(pieces) < 2:
             continue
-        rows = vectors([chunk.text, *pieces])
+        rows = vectors([(chunk.start, chunk.end), *pieces])
         scores.append(float(np.mean(rows[1:] @ rows[0])))
     if not scores:
         return None
@@ -88,7 +90,7 @@ def windows(token_counts: Sequence[int], limit: int = WINDOW_TOKENS) -> list[tup
 
 
 def contextual_coherence(
-    chunks: Sequence[Chunk], vectors: Callable[[list[str]], np.ndarray], limit: int = WINDOW_TOKENS
+    chunks: Sequence[Chunk], vectors: Callable[[list[tuple[int, int]]], np.ndarray], limit: int = WINDOW_TOKENS
 ) -> float | None:
     if len(chunks) < 2:
         return None
@@ -96,7 +98,7 @@ def contextual_coherence(
     spans = windows(counts, limit)
     if not spans:
         return None
-    rows = vectors([c.text for c in chunks])
+    rows = vectors([(c.start, c.end) for c in chunks])
     weights = np.asarray(counts, dtype=np.float64)[:, None]
     sims = []
     for i, j in spans:

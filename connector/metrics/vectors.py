@@ -16,6 +16,7 @@ import fcntl
 import io
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -28,6 +29,8 @@ import numpy as np
 from connector.embedders import Embedder
 
 STATIC_DIMS = 256
+WORD_CACHE = 50_000  # words whose summed piece vectors a thread keeps (~50 MB at most; cleared when full)
+_UNIT = re.compile(r"\S+")
 log = logging.getLogger(__name__)
 
 
@@ -66,6 +69,81 @@ class StaticEncoder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return self._model().encode(texts, max_length=None, show_progress_bar=False).astype(np.float32)
+
+    def spans(self, text: str) -> SpanVectors:
+        """Vectors of any spans of `text` from one pass over it (see `SpanVectors`)."""
+        model = self._model()
+        words = getattr(self._local, "words", None)
+        if words is None or len(words) > WORD_CACHE:
+            words = self._local.words = {}
+        units = [(m.start(), m.end(), m.group()) for m in _UNIT.finditer(text)]
+        missing = list(dict.fromkeys(w for _, _, w in units if w not in words))
+        if missing:
+            model.tokenizer.no_truncation()  # this thread's copy: model2vec leaves its 512-piece cap set
+            unknown = model.unk_token_id
+            for word, encoded in zip(missing, model.tokenizer.encode_batch_fast(missing, add_special_tokens=False),
+                                     strict=True):  # fmt: skip
+                ids = [i for i in encoded.ids if i != unknown]  # as model2vec: unknown pieces carry no vector
+                words[word] = (model._encode_helper(np.asarray(ids, dtype=np.int64)).astype(np.float32).sum(axis=0)
+                               if ids else np.zeros(self.dim, dtype=np.float32))  # fmt: skip
+        starts = np.fromiter((a for a, _, _ in units), dtype=np.int64, count=len(units))
+        ends = np.fromiter((b for _, b, _ in units), dtype=np.int64, count=len(units))
+        rows = np.stack([words[w] for _, _, w in units]) if units else np.zeros((0, self.dim), dtype=np.float32)
+        return SpanVectors(starts, ends, rows)
+
+
+class SpanVectors:
+    """A static model's vectors of spans of one text, from one pass over the whole text.
+
+    A static model's vector of a text is the normalised sum of its word-piece vectors, and the tokenizer (BERT's)
+    splits on whitespace before anything else: a whitespace-delimited word has the same pieces wherever it stands.
+    So the text is cut into such words, each distinct word is tokenized once (and kept, per thread, for the next
+    documents), and a prefix sum over the words gives the vector of any chunk or sentence in O(1). Before, a
+    document's candidates had the same text tokenized again and again: every strategy's chunks, every sentence of
+    each. A span that cuts a word keeps the words wholly inside it (per-text tokenization would re-split the cut
+    word: a difference of a piece or two at an edge)."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray):
+        self._starts = starts
+        self._ends = ends
+        self._rows = rows
+        self.dim = rows.shape[1]
+        self._cuts = np.zeros(0, dtype=np.int64)  # word indices where a prefix sum is known
+        self._prefix = np.zeros((0, self.dim))
+
+    def _bounds(self, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """The words [first, last) wholly inside each span."""
+        bounds = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+        first = np.searchsorted(self._starts, bounds[:, 0], side="left")
+        last = np.searchsorted(self._ends, bounds[:, 1], side="right")
+        return first, np.maximum(last, first)
+
+    def prepare(self, spans: list[tuple[int, int]]) -> None:
+        """Prefix sums at the edges of every span that will be asked for. Only there: a full prefix sum over the
+        words costs more (numpy's cumsum down a column) than all the metrics' arithmetic."""
+        first, last = self._bounds(spans)
+        cuts = np.unique(np.concatenate([first, last, [0, len(self._rows)]]))
+        if len(self._rows):
+            segments = np.add.reduceat(self._rows, cuts[:-1], axis=0, dtype=np.float64)
+        else:
+            segments = np.zeros((len(cuts) - 1, self.dim))
+        self._cuts = cuts
+        self._prefix = np.vstack([np.zeros((1, self.dim)), np.cumsum(segments, axis=0)])
+
+    def __call__(self, spans: list[tuple[int, int]]) -> np.ndarray:
+        first, last = self._bounds(spans)
+        i = np.searchsorted(self._cuts, first)
+        j = np.searchsorted(self._cuts, last)
+        n = len(self._cuts)
+        known = (i < n) & (j < n)
+        known[known] &= (self._cuts[i[known]] == first[known]) & (self._cuts[j[known]] == last[known])
+        sums = np.empty((len(first), self.dim))
+        sums[known] = self._prefix[j[known]] - self._prefix[i[known]]
+        for k in np.flatnonzero(~known):  # a span nobody announced: summed directly
+            sums[k] = self._rows[first[k] : last[k]].sum(axis=0, dtype=np.float64)
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        # No word inside (punctuation alone, unknown words): the zero vector, as model2vec gives.
+        return (sums / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 
 
 class StorageEncoder:
@@ -120,11 +198,32 @@ def _distill(path: Path) -> None:
 
 
 class VectorCache:
-    """Vectors of the texts one document's candidates need, each distinct text embedded once."""
+    """Vectors of the texts one document's candidates need, each distinct text embedded once; and of spans of the
+    document (`spans`), from one pass over it when the encoder can (a static model), else as their texts."""
 
-    def __init__(self, encoder: MetricEncoder):
+    def __init__(self, encoder: MetricEncoder, document: str = ""):
         self._encoder = encoder
+        self._document = document
         self._rows: dict[str, np.ndarray] = {}
+        self._span_vectors: SpanVectors | None = None
+
+    def span_texts(self, spans: list[tuple[int, int]]) -> list[str]:
+        """The texts `spans` will embed (for one batch up front); none when the encoder reads the document once."""
+        if hasattr(self._encoder, "spans"):
+            return []
+        return [self._document[a:b] for a, b in spans]
+
+    def prepare_spans(self, spans: list[tuple[int, int]] = ()) -> None:
+        """Read the document once, ready for these spans (others cost a little more)."""
+        if self._span_vectors is None and hasattr(self._encoder, "spans"):
+            self._span_vectors = self._encoder.spans(self._document)
+            self._span_vectors.prepare(list(spans))
+
+    def spans(self, spans: list[tuple[int, int]]) -> np.ndarray:
+        if not hasattr(self._encoder, "spans"):
+            return self([self._document[a:b] for a, b in spans])
+        self.prepare_spans()
+        return self._span_vectors(spans)
 
     def prepare(self, texts: list[str]) -> None:
         missing = list(dict.fromkeys(t for t in texts if t not in self._rows))
