@@ -244,11 +244,10 @@ def test_span_vectors_are_the_static_models_own_vectors_of_those_texts(models_di
     # One pass over the document must give what embedding each chunk and sentence alone gives: real text, with
     # Unicode, punctuation and words the model does not know, and spans from every strategy's cuts.
     encoder = StaticEncoder(models_dir)
-    text = (FIXTURES / "austen-northanger-abbey.txt").read_text()[
-        :40_000
-    ] + "\n\nnaïve café — «quoted» ½ 日本語 x\u00a0y."
+    text = (FIXTURES / "austen-northanger-abbey.txt").read_text()[:40_000]
+    text += "\n\nnaïve café — «quoted» ½ 日本語 x\u00a0y."
     spans = sentence_spans(text)
-    spans += [(a, b) for (a, _), (_, b) in zip(spans, spans[3:], strict=False)]  # noqa: RUF005  runs of sentences
+    spans += [(a, b) for (a, _), (_, b) in zip(spans, spans[3:], strict=False)]  # noqa: RUF005 (chunks)
     vectors = encoder.spans(text)
     vectors.prepare(spans[::2])  # half announced, half not: both ways must agree
     got = vectors(spans)
