@@ -745,12 +745,18 @@ def tune(
 def bench(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to ingest.", exists=True)],
     workers: Annotated[list[int], typer.Option("--workers", help="Worker processes for the throughput run.")] = [1, 2],  # noqa: B006
+    rows: Annotated[
+        int | None,
+        typer.Option("--rows", min=1, help="Instead: N SQL rows of consecutive paragraphs of PATH's text files."),
+    ] = None,
+    chars: Annotated[int, typer.Option("--chars", min=100, help="With --rows: characters per row, about.")] = 2400,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
     dsn: DsnOption = None,
     embedder: EmbedderOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Cost of adaptive chunking against one forced strategy, per stage; and sidecar throughput per worker count."""
+    """Cost of adaptive chunking against one forced strategy, per stage; and sidecar throughput per worker count.
+    With --rows: rows/s, chunks/s and per-stage time on pgai's kind of work (short text rows)."""
     import json
 
     from connector import bench as benchmark
@@ -758,6 +764,21 @@ def bench(
 
     _logging(verbose, quiet=True)
     settings = _settings(dsn, embedder=embedder)
+    if rows is not None:
+        from connector.bench import rows as rows_bench
+
+        with _errors():
+            workload = rows_bench.workload(paths, rows, chars)
+        with _errors(), database(settings) as url, console.status("benchmarking") as status:
+            results = []
+            for n in workers:
+                status.update(f"benchmarking: {rows} rows with {n} worker process(es)")
+                results.append(rows_bench.run(settings, url, workload, n))
+        if as_json:
+            print(json.dumps(reports.rows_bench_payload(settings, results), indent=2))
+        else:
+            reports.rows_bench_print(settings, results)
+        return
     with _errors(), database(settings) as url, console.status("benchmarking") as status:
         status.update("benchmarking: adaptive and single arms")
         arms = benchmark.arms(settings, url, paths)
@@ -783,7 +804,7 @@ def bench_metrics(
     """Time every metric over every configured candidate of one document, per metric encoder."""
     import json
 
-    from connector import metrics_bench
+    from connector.bench import metrics as metrics_bench
 
     _logging(False, quiet=True)
     settings = _settings(embedder=embedder)
@@ -808,7 +829,7 @@ def bench_embed(
     """Time the MiniLM runtimes side by side on real chunks: chunks per second, ratio to the first, agreement."""
     import json
 
-    from connector import embed_bench
+    from connector.bench import embed as embed_bench
 
     _logging(False, quiet=True)
     settings = _settings()

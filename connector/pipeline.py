@@ -37,6 +37,7 @@ class Pipeline:
         # thread-safe).
         self.metric_resources = resources or metrics.Resources.load(settings, embedder)
         self.totals = Timer()  # every stage of every document this pipeline ran (read by `connector bench`)
+        self.runs = 0  # documents it ran
 
     def run(self, source: SourceDocument) -> Outcome:
         timer = Timer()
@@ -50,6 +51,7 @@ class Pipeline:
         with timer("embed"):
             chunks = embed_winner(document, winner.candidate, self.chunk_embedder, self.settings.embed_template, title)
         self.totals.add(timer.ms)
+        self.runs += 1
         cache = getattr(self.chunk_embedder, "last", None)
         return Outcome(document, scored, winner, chunks, dict(timer.ms), title, dict(cache) if cache else None,
                        spec_of(self.embedder))  # fmt: skip

@@ -118,6 +118,43 @@ def bench_print(embedder: str, arms, runs) -> None:
     out.print(tp)
 
 
+def rows_bench_payload(settings, runs) -> dict:
+    return {
+        "embedder": settings.embedder,
+        "strategies": list(settings.chunking.strategy_names),
+        "runs": [
+            {
+                "workers": r.workers, "rows": r.rows, "done": r.done, "failed": r.failed, "chunks": r.chunks,
+                "chars": r.chars, "wall_s": round(r.wall_s, 3), "rows_per_s": round(r.rows_per_s, 1),
+                "chunks_per_s": round(r.chunks_per_s, 1), "chars_per_s": round(r.chars_per_s),
+                "stage_ms_per_row": {k: round(v, 3) for k, v in r.stage_ms_per_row().items()},
+                "processes": [p.__dict__ for p in r.processes],
+            }
+            for r in runs
+        ],
+    }  # fmt: skip
+
+
+def rows_bench_print(settings, runs) -> None:
+    out = console()
+    n = len(settings.chunking.strategy_names)
+    title = f"{runs[0].rows} rows, {n} strategies, embedder {settings.embedder}"
+    table = Table("processes", "rows (failed)", "chunks", "wall (s)", "rows/s", "chunks/s", "chars/s",
+                  "RSS start → end (MB)", title=title)  # fmt: skip
+    for r in runs:
+        rss = ", ".join(f"{p.rss_start_mb:.0f} → {p.rss_end_mb:.0f}" for p in r.processes)
+        table.add_row(str(r.workers), f"{r.done} ({r.failed})", str(r.chunks), f"{r.wall_s:.2f}",
+                      f"{r.rows_per_s:.1f}", f"{r.chunks_per_s:.1f}", f"{r.chars_per_s:,.0f}", rss)  # fmt: skip
+    out.print(table)
+    stages = Table("stage (ms per row)", *(f"{r.workers} process(es)" for r in runs))
+    names = sorted({s for r in runs for s in r.stage_ms_per_row()}, key=lambda s: -runs[0].stage_ms_per_row().get(s, 0))
+    for stage in names:
+        stages.add_row(stage, *(f"{r.stage_ms_per_row().get(stage, 0):.2f}" for r in runs))
+    out.print(stages)
+    if len(runs) > 1 and runs[0].rows_per_s:
+        out.print(f"scaling: {', '.join(f'{r.workers} → ×{r.rows_per_s / runs[0].rows_per_s:.2f}' for r in runs[1:])}")
+
+
 def conversion(paths: list[Path], out: Path | None, settings: ChunkingSettings) -> tuple[list[dict], dict]:
     """Convert each file under `paths`: a row of figures per file (its title too), and a summary with PDF pages/s."""
     from connector.convert import convert

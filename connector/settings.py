@@ -278,6 +278,12 @@ class Settings(BaseSettings):
         60, description="A claimed document whose worker stops renewing it (every third of this) is claimable again."
     )
     workers: int = Field(1, ge=1, description="Worker threads per `connector run` process.")
+    batch_size: int = Field(
+        32, ge=1, description="Rows a worker claims at once; the finished ones are written in one transaction."
+    )
+    batch_mb: float = Field(
+        4.0, gt=0, description="A batch holds at most this much content (its first row always, however large)."
+    )
     max_attempts: int = Field(5, ge=1, description="Tries (transient failures, crashed workers) before `failed`.")
     retry_base_seconds: float = Field(5.0, description="First backoff after a transient failure; doubles per try.")
     shutdown_grace_seconds: float = Field(30.0, description="On SIGTERM, time to finish in-flight documents.")

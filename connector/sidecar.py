@@ -99,7 +99,7 @@ _threads: weakref.WeakSet[_WorkerThread] = weakref.WeakSet()
 
 def busy() -> bool:
     """Whether a worker thread is still inside a document (after `run` returned: one that outlived the grace)."""
-    return any(t.is_alive() and t.worker is not None and t.worker.current is not None for t in list(_threads))
+    return any(t.is_alive() and t.worker is not None and t.worker.held for t in list(_threads))
 
 
 def _health_server(
@@ -136,7 +136,7 @@ def _shutdown(workers: list[_WorkerThread], dsn: str, grace: float) -> None:
 def _release(workers: list[_WorkerThread], dsn: str) -> None:
     """Hand back the documents still in the workers' hands (their claim token is bumped: late results are
     dropped)."""
-    held = [w.worker.current for w in workers if w.worker and w.worker.current]
+    held = [row for w in workers if w.worker for row in list(w.worker.held)]
     if not held:
         return
     try:

@@ -1,4 +1,4 @@
-"""The worker: claim a queued document, run the pipeline, store the outcome; one document at a time.
+"""The worker: claim a batch of queued documents, run the pipeline on each, store the outcomes together.
 
 Whatever goes wrong with one document ends in its row and the worker moves on:
 - a `DocumentError` (unreadable, corrupt, unsupported...) fails it at once, with the reason in `last_error`;
@@ -7,10 +7,10 @@ Whatever goes wrong with one document ends in its row and the worker moves on:
   have failed;
 - a worker that died while holding it (its lease ran out) also counts as a failed try, so a document that crashes
   the process cannot loop forever.
-While it works, the worker extends its lease every third of the lease (heartbeat). Only a `FatalError`
-(configuration) or a lost database connection (`TransientError`) leaves this module: the first stops the process,
-the second makes the sidecar reconnect, and the rows it held go back to the queue. A worker interrupted mid-document
-(SIGTERM past the grace period, Ctrl-C) hands the row straight back.
+While it works, the worker extends the leases of the rows it holds every third of the lease (heartbeat). Only a
+`FatalError` (configuration) or a lost database connection (`TransientError`) leaves this module: the first stops
+the process, the second makes the sidecar reconnect, and the rows it held go back to the queue. A worker interrupted
+mid-batch (SIGTERM past the grace period, Ctrl-C) hands its rows straight back.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -30,12 +31,25 @@ import psycopg
 
 from connector.db.store import ClaimedRow, Store
 from connector.errors import DocumentError, FatalError, TransientError
+from connector.models import Outcome, SourceDocument
 from connector.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
 
 Result = Literal["done", "unchanged", "failed", "superseded", "retry"]
 MAX_BACKOFF_S = 300.0
+FLUSH_SECONDS = 1.0
+# Finished documents are written once this long has passed since the first of them started: short rows are written
+# ~50 at a time, a document that takes longer than this on its own is written as soon as it is done.
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """A document through the pipeline, waiting to be written with the rest of its batch."""
+
+    row: ClaimedRow
+    source: SourceDocument
+    outcome: Outcome
 
 
 _RUN = uuid.uuid4().hex[:8]  # containers sharing a host name all run as pid 1: tell their workers apart
@@ -58,10 +72,25 @@ class Worker:
         self.max_attempts = s.max_attempts
         self.retry_base_s = s.retry_base_seconds
         self.max_bytes = s.max_document_bytes
-        self.current: ClaimedRow | None = None  # what it holds now (read by the shutdown path)
+        self.batch_size = s.batch_size
+        self.batch_bytes = int(s.batch_mb * 1_000_000)
+        self.held: list[ClaimedRow] = []  # the rows it holds now, claimed and not yet finished (read on shutdown)
+        self._next_beat = 0.0  # when the leases of `held` are next extended
+        self._lost: set[int] = set()  # rows a heartbeat found taken away (reported once)
         self.last_timings: dict[str, float] = {}  # stage → ms of the last document done (for the metrics endpoint)
 
     def process(self, row: ClaimedRow) -> Result:
+        """One document through the pipeline and into the database (its own transaction)."""
+        self.held = [row]
+        try:
+            prepared = self.prepare(row)
+            return self._write([prepared])[0] if isinstance(prepared, Ready) else prepared
+        finally:
+            self.held = []
+
+    def prepare(self, row: ClaimedRow) -> Result | Ready:
+        """Run the pipeline on a claimed row: the outcome to write, or what became of the row (failed, retry,
+        unchanged: already recorded)."""
         context = {"document_id": row.id, "source_key": row.source_key}
         content_hash: str | None = None
         if row.retries >= self.max_attempts:
@@ -80,50 +109,81 @@ class Worker:
                 return "unchanged"
             tries = f" (try {row.retries + 1} of {self.max_attempts})" if row.retries else ""
             log.info("processing %s%s", row.source_key, tries, extra=context)
-            with self._heartbeat(row):
+            with self._heartbeat():
                 outcome = self.pipeline.run(source)
-            t0 = time.perf_counter()
-            with self.pipeline.totals("write"):
-                written = self.store.write(row, source, outcome)
-            write_ms = (time.perf_counter() - t0) * 1000
-            if not written:
-                log.warning("%s was deleted or claimed again while processing; result dropped", row.source_key)
-                return "superseded"
-            self.last_timings = {**outcome.timings, "write": write_ms}
-        except DocumentError as exc:
-            self._fail(row, str(exc), content_hash)
-            return "failed"
-        except psycopg.OperationalError as exc:
-            if self.store.conn.broken:
-                raise TransientError(f"database connection lost while processing {row.source_key}: {exc}") from exc
-            return self._retry(row, f"database error: {exc}", content_hash)  # a timeout, a full disk...
-        except TransientError as exc:
-            return self._retry(row, str(exc), content_hash)
-        except FatalError:
-            self.store.release(row)
-            raise
+            return Ready(row, source, outcome)
         except Exception as exc:
-            # A bug or a race, not a verdict on the document: it costs a try with backoff, like a transient error,
-            # and the row fails only once the tries are spent. Only errors the code classifies as permanent
-            # (DocumentError) fail a document at once.
-            log.exception("unexpected error on %s", row.source_key, extra=context)
-            return self._retry(row, f"internal error: {type(exc).__name__}: {exc}", content_hash)
+            return self._failed(row, exc, content_hash)
         except BaseException:  # KeyboardInterrupt, SystemExit: give the document back before leaving
             with contextlib.suppress(psycopg.Error):
                 self.store.release(row)
             raise
+
+    def _failed(self, row: ClaimedRow, exc: Exception, content_hash: str | None) -> Result:
+        """What an error while processing or writing `row` makes of it (see the module's docstring)."""
+        context = {"document_id": row.id, "source_key": row.source_key}
+        if isinstance(exc, DocumentError):
+            self._fail(row, str(exc), content_hash)
+            return "failed"
+        if isinstance(exc, psycopg.OperationalError):
+            if self.store.conn.broken:
+                raise TransientError(f"database connection lost while processing {row.source_key}: {exc}") from exc
+            return self._retry(row, f"database error: {exc}", content_hash)  # a timeout, a full disk...
+        if isinstance(exc, TransientError):
+            return self._retry(row, str(exc), content_hash)
+        if isinstance(exc, FatalError):
+            self.store.release(row)
+            raise exc
+        # A bug or a race, not a verdict on the document: it costs a try with backoff, like a transient error,
+        # and the row fails only once the tries are spent. Only errors the code classifies as permanent
+        # (DocumentError) fail a document at once.
+        log.exception("unexpected error on %s", row.source_key, extra=context, exc_info=exc)
+        return self._retry(row, f"internal error: {type(exc).__name__}: {exc}", content_hash)
+
+    def _write(self, ready: list[Ready]) -> list[Result]:
+        """Write finished documents: all in one transaction; if that fails, one by one, so that only the document
+        that cannot be written pays for it."""
+        t0 = time.perf_counter()
+        try:
+            with self.pipeline.totals("write"):
+                written = self.store.write_many([(r.row, r.source, r.outcome) for r in ready])
+        except FatalError:
+            for r in ready:
+                with contextlib.suppress(psycopg.Error):
+                    self.store.release(r.row)
+            raise
+        except Exception as exc:
+            if isinstance(exc, psycopg.OperationalError) and self.store.conn.broken:
+                raise TransientError(f"database connection lost while writing {len(ready)} document(s): {exc}") from exc
+            if len(ready) == 1:
+                return [self._failed(ready[0].row, exc, ready[0].source.content_hash)]
+            log.warning("writing %d documents at once failed (%s); writing them one by one", len(ready), exc)
+            return [result for r in ready for result in self._write([r])]
+        write_ms = (time.perf_counter() - t0) * 1000 / len(ready)
+        results: list[Result] = []
+        for r, ok in zip(ready, written, strict=True):
+            if not ok:
+                log.warning("%s was deleted or claimed again while processing; result dropped", r.row.source_key)
+                results.append("superseded")
+                continue
+            self.last_timings = {**r.outcome.timings, "write": write_ms}
+            self._log_done(r)
+            results.append("done")
+        return results
+
+    def _log_done(self, r: Ready) -> None:
+        outcome = r.outcome
         cache = outcome.embedding
         log.info(
             "done %s: %s, %d chunks%s, score %.3f (%s)",
-            row.source_key,
+            r.row.source_key,
             outcome.winner.candidate.strategy,
             len(outcome.chunks),
             f" ({cache['embedded']} embedded, {cache['cached']} from the cache)" if cache else "",
             outcome.winner.score,
             ", ".join(f"{stage} {ms:.0f} ms" for stage, ms in outcome.timings.items()),
-            extra=context,
+            extra={"document_id": r.row.id, "source_key": r.row.source_key},
         )
-        return "done"
 
     def _fail(self, row: ClaimedRow, error: str, content_hash: str | None) -> None:
         log.warning("failed %s: %s", row.source_key, error, extra={"document_id": row.id, "source_key": row.source_key})
@@ -139,26 +199,38 @@ class Worker:
         log.warning("retrying %s in %.0f s: %s", row.source_key, delay, error, extra=context)
         return "retry"
 
+    def _beat(self) -> None:
+        """Extend the leases of the rows in hand (every third of the lease; see `_heartbeat`)."""
+        rows = list(self.held)
+        self._next_beat = time.monotonic() + self.lease_seconds / 3
+        if not rows:
+            return
+        try:
+            ours = self.store.heartbeat_many(rows, self.lease_seconds)
+        except psycopg.Error as exc:  # keep trying: the next beat may get through before the lease ends
+            log.warning("heartbeat failed for %d document(s): %s", len(rows), exc)
+            return
+        for row in rows:
+            if row.id not in ours and row.id not in self._lost:
+                # Requeued meanwhile (new bytes or content) or claimed again after a stall: this result will not
+                # be written (the claim token decides), the newer pass will.
+                self._lost.add(row.id)
+                log.warning("%s is no longer ours (requeued or claimed again); its result will be dropped",
+                            row.source_key)  # fmt: skip
+
     @contextlib.contextmanager
-    def _heartbeat(self, row: ClaimedRow) -> Iterator[None]:
-        """Extend the lease every third of it while the pipeline runs (on the worker's own connection, idle then)."""
+    def _heartbeat(self) -> Iterator[None]:
+        """While the pipeline runs, a thread beats on the worker's connection (idle then) when the next beat is
+        due; between documents the worker beats itself (`_beat`), so the connection never serves two threads."""
         done = threading.Event()
 
         def beat() -> None:
-            while not done.wait(self.lease_seconds / 3):
-                try:
-                    if not self.store.heartbeat(row, self.lease_seconds):
-                        # Requeued meanwhile (new bytes or content) or claimed again after a stall: this result
-                        # will not be written (the claim token decides), the newer pass will.
-                        log.warning("%s is no longer ours (requeued or claimed again); its result will be dropped",
-                                    row.source_key)  # fmt: skip
-                        return
-                except psycopg.Error as exc:  # keep trying: the next beat may get through before the lease ends
-                    log.warning("heartbeat failed for %s: %s", row.source_key, exc)
-                    if self.store.conn.broken:
-                        return
+            while not done.wait(max(0.0, self._next_beat - time.monotonic())):
+                self._beat()
+                if self.store.conn.broken:
+                    return
 
-        thread = threading.Thread(target=beat, name=f"heartbeat-{row.id}", daemon=True)
+        thread = threading.Thread(target=beat, name=f"heartbeat-{self.name}", daemon=True)
         thread.start()
         try:
             yield
@@ -167,18 +239,69 @@ class Worker:
             thread.join()
 
     def drain(self, stop: threading.Event, on_result: Callable[[ClaimedRow, Result], None] | None = None) -> int:
-        """Process queued documents until the queue is empty or `stop` is set; returns how many were processed."""
+        """Process queued documents until the queue is empty or `stop` is set; returns how many were processed.
+
+        Rows are claimed in batches (`batch_size` rows, `batch_mb` of content) and the finished ones written in
+        one transaction at the end of the batch, or sooner once the oldest has waited FLUSH_SECONDS: a batch of
+        short rows costs one claim, one commit and a dozen statements instead of that per row. Each row keeps its
+        own lease and claim token; a row that fails is recorded on its own. Stopped mid-batch, the worker writes
+        what it finished and hands the rest back at once."""
         n = 0
         while not stop.is_set():
-            row = self.store.claim_next(self.lease_seconds, self.name, self.roots)
-            if row is None:
+            rows = self.store.claim_batch(self.lease_seconds, self.name, self.roots, self.batch_size, self.batch_bytes)
+            if not rows:
                 break
-            self.current = row
+            self.held = list(rows)
             try:
-                result = self.process(row)
+                n += self._batch(rows, stop, on_result)
+            except BaseException:  # a fatal error, a lost connection, Ctrl-C: what is in hand goes back now
+                if not self.store.conn.broken:  # (else: given back on reconnecting, or when the leases end)
+                    self._release_held()
+                raise
             finally:
-                self.current = None
-            n += 1
-            if on_result:
-                on_result(row, result)
+                self.held = []
         return n
+
+    def _batch(self, rows: list[ClaimedRow], stop: threading.Event, on_result) -> int:
+        ready: list[Ready] = []
+        n = 0
+        first_ready = 0.0
+
+        def flush() -> None:
+            for r, result in zip(ready, self._write(ready), strict=True):
+                self._done_with(r.row)
+                if on_result:
+                    on_result(r.row, result)
+            ready.clear()
+
+        for row in rows:
+            if stop.is_set():
+                break
+            started = time.monotonic()
+            if started >= self._next_beat:
+                self._beat()
+            prepared = self.prepare(row)
+            n += 1
+            if isinstance(prepared, Ready):
+                if not ready:
+                    first_ready = started
+                ready.append(prepared)
+            else:
+                self._done_with(row)
+                if on_result:
+                    on_result(row, prepared)
+            if ready and time.monotonic() - first_ready >= FLUSH_SECONDS:
+                flush()
+        if ready:
+            flush()
+        self._release_held()  # stopped mid-batch: the rest goes straight back to the queue
+        return n
+
+    def _release_held(self) -> None:
+        for row in list(self.held):
+            with contextlib.suppress(psycopg.Error):
+                self.store.release(row)
+            self._done_with(row)
+
+    def _done_with(self, row: ClaimedRow) -> None:
+        self.held = [r for r in self.held if r.id != row.id]

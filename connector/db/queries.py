@@ -102,6 +102,56 @@ WHERE id = (
 RETURNING {_CLAIMED_COLUMNS}, retries
 """
 
+# A batch: the oldest claimable rows, up to `limit` rows and `max_bytes` of content (the first row always, however
+# large), each with its own claim token as CLAIM_NEXT gives it. A row whose last holder died (its lease ran out) is
+# claimed alone: if it is what kills workers, it must not take a batch of innocent rows (and their tries) with it.
+# Rows left out were locked by the subquery only until this statement's transaction ends.
+CLAIM_BATCH = f"""
+WITH candidates AS (
+    SELECT id, coalesce(octet_length(content_bytes), octet_length(content), file_size, 0) AS bytes,
+           status = 'processing' AS abandoned
+    FROM connector.documents
+    WHERE ((status = 'pending' AND (retry_after IS NULL OR retry_after <= now()))
+           OR (status = 'processing' AND lease_expires_at < now()))
+      AND (source <> 'folder' OR %(reads_files)s)
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+    LIMIT %(limit)s
+), picked AS (
+    SELECT id, sum(bytes) OVER (ORDER BY id) - bytes AS before,
+           min(id) FILTER (WHERE abandoned) OVER () AS first_abandoned
+    FROM candidates
+)
+UPDATE connector.documents d
+SET status = 'processing', attempts = attempts + 1, updated_at = now(), claimed_by = %(worker)s,
+    heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %(lease)s),
+    retries = retries + CASE WHEN status = 'processing' THEN 1 ELSE 0 END
+FROM picked p
+WHERE d.id = p.id
+  AND CASE WHEN p.first_abandoned IS NULL THEN p.before < %(max_bytes)s ELSE p.id = p.first_abandoned END
+RETURNING {", ".join("d." + c.strip() for c in _CLAIMED_COLUMNS.split(","))}, d.retries
+"""
+
+# The leases of a batch, one statement; the ids still ours come back.
+HEARTBEAT_MANY = """
+UPDATE connector.documents d SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %(lease)s)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::int[]) AS held(id, token)
+WHERE d.id = held.id AND d.attempts = held.token AND d.status = 'processing'
+RETURNING d.id
+"""
+
+# A batch's write: which of its rows still carry our claim token (locked until the batch commits).
+LOCK_DOCUMENTS = "SELECT id, attempts FROM connector.documents WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+DELETE_CHUNKS_OF = "DELETE FROM connector.chunks WHERE document_id = ANY(%s)"
+DELETE_CANDIDATES_OF = "DELETE FROM connector.candidates WHERE document_id = ANY(%s)"
+# The BM25 postings of the documents' chunks (migration 0008), from the tsvector Postgres generated for each.
+INSERT_CHUNK_TERMS_OF = """
+INSERT INTO connector.chunk_terms (term, chunk_id, tf, chunk_len)
+SELECT t.lexeme, c.id, coalesce(array_length(t.positions, 1), 1), c.token_count
+FROM connector.chunks c CROSS JOIN LATERAL unnest(c.search_tsv) t
+WHERE c.document_id = ANY(%s)
+"""
+
 # While a worker processes a document it extends its lease; a crashed worker stops doing so.
 HEARTBEAT = """
 UPDATE connector.documents SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %(lease)s)
@@ -152,12 +202,6 @@ SELECT id, source_key, claimed_by, attempts, heartbeat_at, lease_expires_at FROM
 WHERE status = 'processing' ORDER BY id
 """
 
-LOCK_DOCUMENT = "SELECT attempts FROM connector.documents WHERE id = %s FOR UPDATE"
-
-DELETE_CHUNKS = "DELETE FROM connector.chunks WHERE document_id = %s"
-
-DELETE_CANDIDATES = "DELETE FROM connector.candidates WHERE document_id = %s"
-
 ALLOCATE_CHUNK_IDS = """
 SELECT nextval(pg_get_serial_sequence('connector.chunks', 'id')) FROM generate_series(1, %s)
 """
@@ -177,13 +221,6 @@ COPY connector.chunk_windows (chunk_id, window_no, start_char, end_char, embeddi
 """
 COPY_WINDOWS_TYPES = ["int8", "int4", "int4", "int4", "vector"]
 
-# The BM25 postings of a document's chunks (migration 0008), from the tsvector Postgres generated for each.
-INSERT_CHUNK_TERMS = """
-INSERT INTO connector.chunk_terms (term, chunk_id, tf, chunk_len)
-SELECT t.lexeme, c.id, coalesce(array_length(t.positions, 1), 1), c.token_count
-FROM connector.chunks c CROSS JOIN LATERAL unnest(c.search_tsv) t
-WHERE c.document_id = %s
-"""
 
 INSERT_CANDIDATE = """
 INSERT INTO connector.candidates

@@ -211,78 +211,119 @@ class Store:
         with self.conn.transaction(), self.conn.cursor(row_factory=class_row(ClaimedRow)) as cur:
             return cur.execute(queries.INGEST_FILE, {**params, "lease": lease_seconds}).fetchone()
 
+    def claim_batch(
+        self, lease_seconds: int, worker: str, roots: Sequence[Path], limit: int, max_bytes: int
+    ) -> list[ClaimedRow]:
+        """Up to `limit` claimable rows, oldest first, holding at most `max_bytes` of content (the first always),
+        each under its own lease and claim token."""
+        params = {"lease": lease_seconds, "worker": worker, "reads_files": bool(roots), "limit": limit,
+                  "max_bytes": max_bytes}  # fmt: skip
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(ClaimedRow)) as cur:
+            rows = cur.execute(queries.CLAIM_BATCH, params).fetchall()
+        return sorted(rows, key=lambda r: r.id)
+
+    def heartbeat_many(self, rows: Sequence[ClaimedRow], lease_seconds: int) -> set[int]:
+        """Extend the leases of `rows`; the ids that are still ours."""
+        params = {"ids": [r.id for r in rows], "tokens": [r.attempts for r in rows], "lease": lease_seconds}
+        with self.conn.transaction():
+            return {found for (found,) in self.conn.execute(queries.HEARTBEAT_MANY, params)}
+
     def write(self, row: ClaimedRow, source: SourceDocument, outcome: Outcome) -> bool:
         """Replace the document's chunks and candidates and mark it done, all in one transaction: a reader sees the
         old chunks or the new ones, never a mix and never none. False (nothing written) when the row was deleted
         or claimed by another worker since we claimed it."""
-        doc_id = row.id
-        n = len(outcome.chunks)
+        return self.write_many([(row, source, outcome)])[0]
+
+    def write_many(self, items: Sequence[tuple[ClaimedRow, SourceDocument, Outcome]]) -> list[bool]:
+        """`write` for a batch of documents in one transaction and a dozen statements, whatever the batch's size:
+        one commit, one COPY of all chunks. Per document, False where the row is no longer ours (that one is left
+        alone, the others are written). A statement that fails fails the whole batch: nothing is written (the
+        caller then writes the documents one by one, so that only the culprit fails)."""
         with self.conn.transaction():
-            if outcome.model is not None:  # no switch of models while this runs; and none happened since the start
+            models = {outcome.model for _, _, outcome in items if outcome.model is not None}
+            if models:  # no switch of models while this runs; and none happened since the start
                 current = embeddings.hold_shared(self.conn)
-                if current is not None and not embeddings.same_space(current.spec, outcome.model):
-                    raise embeddings.mismatch(current, outcome.model)
-            locked = self.conn.execute(queries.LOCK_DOCUMENT, (doc_id,)).fetchone()
-            if locked is None or locked[0] != row.attempts:
-                return False
-            self.conn.execute(queries.DELETE_CHUNKS, (doc_id,))
-            self.conn.execute(queries.DELETE_CANDIDATES, (doc_id,))
-            ids = [r[0] for r in self.conn.execute(queries.ALLOCATE_CHUNK_IDS, (n,))]
-            strategy = outcome.winner.candidate.strategy
-            with self.conn.cursor().copy(queries.COPY_CHUNKS) as copy:
-                copy.set_types(queries.COPY_CHUNKS_TYPES)
+                for model in models:
+                    if current is not None and not embeddings.same_space(current.spec, model):
+                        raise embeddings.mismatch(current, model)
+            locked = dict(self.conn.execute(queries.LOCK_DOCUMENTS, ([row.id for row, _, _ in items],)).fetchall())
+            ours = [locked.get(row.id) == row.attempts for row, _, _ in items]
+            mine = [item for item, ok in zip(items, ours, strict=True) if ok]
+            if mine:
+                self._replace(mine)
+        return ours
+
+    def _replace(self, items: Sequence[tuple[ClaimedRow, SourceDocument, Outcome]]) -> None:
+        doc_ids = [row.id for row, _, _ in items]
+        self.conn.execute(queries.DELETE_CHUNKS_OF, (doc_ids,))
+        self.conn.execute(queries.DELETE_CANDIDATES_OF, (doc_ids,))
+        total = sum(len(outcome.chunks) for _, _, outcome in items)
+        ids = [r[0] for r in self.conn.execute(queries.ALLOCATE_CHUNK_IDS, (total,))] if total else []
+        windows: list[tuple] = []
+        with self.conn.cursor().copy(queries.COPY_CHUNKS) as copy:
+            copy.set_types(queries.COPY_CHUNKS_TYPES)
+            base = 0
+            for row, _, outcome in items:
+                n = len(outcome.chunks)
+                own = ids[base : base + n]
+                base += n
+                strategy = outcome.winner.candidate.strategy
                 for i, ec in enumerate(outcome.chunks):
                     c = ec.chunk
                     copy.write_row(
                         (
-                            ids[i], doc_id, ec.ordinal, c.text, c.token_count, c.start, c.end,
+                            own[i], row.id, ec.ordinal, c.text, c.token_count, c.start, c.end,
                             ec.page_start, ec.page_end, list(ec.section_path), ec.chunk_type,
-                            ids[i - 1] if i > 0 else None, ids[i + 1] if i + 1 < n else None,
+                            own[i - 1] if i > 0 else None, own[i + 1] if i + 1 < n else None,
                             ec.embedding, ec.embed_windows, strategy,
                         )
                     )  # fmt: skip
+                    windows += [(own[i], no, w.start, w.end, w.embedding) for no, w in enumerate(ec.windows)]
+        if windows:
             with self.conn.cursor().copy(queries.COPY_WINDOWS) as copy:
                 copy.set_types(queries.COPY_WINDOWS_TYPES)
-                for i, ec in enumerate(outcome.chunks):
-                    for no, w in enumerate(ec.windows):
-                        copy.write_row((ids[i], no, w.start, w.end, w.embedding))
-            self.conn.execute(queries.INSERT_CHUNK_TERMS, (doc_id,))
-            with self.conn.cursor() as cur:
-                cur.executemany(
-                    queries.INSERT_CANDIDATE,
-                    [
-                        {
-                            "document_id": doc_id,
-                            "strategy": s.candidate.strategy,
-                            "params": Jsonb(s.candidate.params),
-                            "chunk_count": len(s.candidate.chunks),
-                            **s.metrics,
-                            "score": s.score,
-                            "chosen": s is outcome.winner,
-                            "elapsed_ms": s.candidate.elapsed_ms + s.elapsed_ms,
-                            "error": s.candidate.error,
-                            "rc_backend": s.rc_backend,
-                            "metric_ms": Jsonb({k: round(v, 3) for k, v in s.metric_ms.items()}),
-                            "shape": Jsonb(s.shape),
-                        }
-                        for s in outcome.scored
-                    ],
-                )
-            self.conn.execute(
-                queries.MARK_DONE,
-                {
-                    "id": doc_id,
-                    "token": row.attempts,
-                    "markdown": outcome.document.markdown,
-                    "blocks": Jsonb([_block_json(b) for b in outcome.document.blocks]),
-                    "hash": source.content_hash,
-                    "strategy": strategy,
-                    "score": outcome.winner.score,
-                    "page_count": len(outcome.document.page_starts) or None,
-                    "title": outcome.title,
-                },
+                for window in windows:
+                    copy.write_row(window)
+        self.conn.execute(queries.INSERT_CHUNK_TERMS_OF, (doc_ids,))
+        with self.conn.cursor() as cur:
+            cur.executemany(
+                queries.INSERT_CANDIDATE,
+                [
+                    {
+                        "document_id": row.id,
+                        "strategy": s.candidate.strategy,
+                        "params": Jsonb(s.candidate.params),
+                        "chunk_count": len(s.candidate.chunks),
+                        **s.metrics,
+                        "score": s.score,
+                        "chosen": s is outcome.winner,
+                        "elapsed_ms": s.candidate.elapsed_ms + s.elapsed_ms,
+                        "error": s.candidate.error,
+                        "rc_backend": s.rc_backend,
+                        "metric_ms": Jsonb({k: round(v, 3) for k, v in s.metric_ms.items()}),
+                        "shape": Jsonb(s.shape),
+                    }
+                    for row, _, outcome in items
+                    for s in outcome.scored
+                ],
             )
-        return True
+            cur.executemany(
+                queries.MARK_DONE,
+                [
+                    {
+                        "id": row.id,
+                        "token": row.attempts,
+                        "markdown": outcome.document.markdown,
+                        "blocks": Jsonb([_block_json(b) for b in outcome.document.blocks]),
+                        "hash": source.content_hash,
+                        "strategy": outcome.winner.candidate.strategy,
+                        "score": outcome.winner.score,
+                        "page_count": len(outcome.document.page_starts) or None,
+                        "title": outcome.title,
+                    }
+                    for row, source, outcome in items
+                ],
+            )
 
     def mark_unchanged(self, row: ClaimedRow) -> None:
         with self.conn.transaction():

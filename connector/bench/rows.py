@@ -1,0 +1,183 @@
+"""`connector bench --rows N PATH...`: pgai's kind of work, as a user would compare the two.
+
+The workload: N text rows of about `chars` characters each, made of consecutive paragraphs of the text and Markdown
+files under PATH (the corpus read again with the grouping shifted by one paragraph each pass, so no two rows are
+the same). Worker processes running the sidecar's own loop are started first (models loaded, outside the clock);
+then the rows are inserted as SQL rows in one transaction and the clock runs until none is pending or processing.
+Each process reports its per-stage time and its memory when it stops.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import re
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from connector import candidates
+from connector.db.database import connect, ensure_embedding_model, migrate
+from connector.db.scratch import scratch_database
+from connector.embedders import close, load_configured
+from connector.errors import FatalError
+from connector.ingest import select
+from connector.settings import Settings
+
+TEXT_TYPES = ("text/plain", "text/markdown")
+_PARAGRAPH = re.compile(r"\n[ \t]*\n")
+
+
+@dataclass(frozen=True)
+class Row:
+    title: str
+    body: str
+
+
+@dataclass(frozen=True)
+class ProcessReport:
+    documents: int
+    stages_ms: dict[str, float]  # summed over the process's documents
+    rss_start_mb: float  # after loading, before the first row
+    rss_end_mb: float
+    peak_rss_mb: float
+
+
+@dataclass(frozen=True)
+class RowsRun:
+    workers: int
+    rows: int
+    chars: int
+    done: int
+    failed: int
+    chunks: int
+    wall_s: float
+    processes: list[ProcessReport] = field(default_factory=list)
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.done / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def chunks_per_s(self) -> float:
+        return self.chunks / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def chars_per_s(self) -> float:
+        return self.chars / self.wall_s if self.wall_s else 0.0
+
+    def stage_ms_per_row(self) -> dict[str, float]:
+        total: dict[str, float] = {}
+        for p in self.processes:
+            for stage, ms in p.stages_ms.items():
+                total[stage] = total.get(stage, 0.0) + ms
+        return {stage: ms / max(self.done, 1) for stage, ms in total.items()}
+
+
+def workload(paths: list[Path], rows: int, chars: int) -> list[Row]:
+    """`rows` rows of consecutive paragraphs, about `chars` characters each, from the text files under `paths`."""
+    paragraphs: list[tuple[str, str]] = []  # (file key, paragraph)
+    for ref in select(paths).refs:
+        if ref.mime in TEXT_TYPES:
+            text = ref.path.read_text(encoding="utf-8", errors="replace")
+            paragraphs += [(ref.key, p.strip()) for p in _PARAGRAPH.split(text) if p.strip()]
+    if not paragraphs:
+        raise FatalError("no text or Markdown file under the given paths to make rows of")
+    out: list[Row] = []
+    i, shift = 0, 0
+    while len(out) < rows:
+        key, body, size = paragraphs[i % len(paragraphs)][0], [], 0
+        while not body or size + len(paragraphs[i % len(paragraphs)][1]) // 2 < chars:
+            body.append(paragraphs[i % len(paragraphs)][1])
+            size += len(body[-1]) + 2
+            i += 1
+            if i % len(paragraphs) == 0:  # the corpus read again: group differently this time
+                shift += 1
+                i += shift % len(paragraphs)
+        out.append(Row(f"{key} #{len(out) + 1}", "\n\n".join(body)))
+    return out
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop, out: mp.Queue) -> None:
+    from connector import sidecar
+    from connector.pipeline import Pipeline
+
+    pipelines: list[Pipeline] = []
+    embedder = load_configured(settings)
+
+    def make() -> Pipeline:
+        pipelines.append(Pipeline(settings, embedder))
+        return pipelines[-1]
+
+    make()  # load the metrics model before the clock starts
+    ready.put(True)
+    start = _rss_mb()
+    first = [pipelines[0]]
+    try:
+        sidecar.run(settings, dsn, lambda: first.pop() if first else make(), stop, watch=False)
+    finally:
+        candidates.shutdown_pool()  # a process started by multiprocessing waits for its pool's children
+        close(embedder)
+    stages: dict[str, float] = {}
+    for p in pipelines:
+        for stage, ms in p.totals.ms.items():
+            stages[stage] = stages.get(stage, 0.0) + ms
+    done = sum(p.runs for p in pipelines)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out.put(ProcessReport(done, stages, start, _rss_mb(), peak))
+
+
+def run(settings: Settings, dsn: str, rows: list[Row], workers: int) -> RowsRun:
+    """Insert `rows` into a scratch database served by `workers` sidecar processes; time queued → committed."""
+    settings = settings.model_copy(update={"poll_interval": 0.5, "http_port": None})
+    ctx = mp.get_context("spawn")
+    with scratch_database(dsn, f"bench_rows_{workers}") as scratch:
+        model = load_configured(settings)
+        try:
+            migrate(scratch, model.dim)
+            with connect(scratch, autocommit=True) as conn:
+                ensure_embedding_model(conn, model)
+        finally:
+            close(model)
+        ready, stop, out = ctx.Queue(), ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=_worker_child, args=(settings, scratch, ready, stop, out)) for _ in range(workers)]
+        for p in procs:
+            p.start()
+        reports: list[ProcessReport] = []
+        try:
+            for _ in procs:
+                ready.get(timeout=300)
+            with connect(scratch, autocommit=True) as conn:
+                t0 = time.perf_counter()
+                with conn.cursor().copy("COPY connector.documents (source_key, title, content) FROM STDIN") as copy:
+                    for n, row in enumerate(rows):
+                        copy.write_row((f"bench/{n + 1}", row.title, row.body))
+                while conn.execute(
+                    "SELECT count(*) FROM connector.documents WHERE status IN ('pending', 'processing')"
+                ).fetchone()[0]:
+                    if not any(p.is_alive() for p in procs):
+                        raise RuntimeError("every benchmark worker process exited before the queue was drained")
+                    time.sleep(0.02)
+                wall = time.perf_counter() - t0
+                done, failed, chunks = conn.execute(
+                    "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'), "
+                    "(SELECT count(*) FROM connector.chunks) FROM connector.documents"
+                ).fetchone()
+        finally:
+            stop.set()
+            for p in procs:
+                p.join(60)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+            while len(reports) < len(procs):
+                try:
+                    reports.append(out.get(timeout=1))
+                except Exception:  # a process that was killed reports nothing
+                    break
+    return RowsRun(workers, len(rows), sum(len(r.body) for r in rows), done, failed, chunks, wall, reports)
