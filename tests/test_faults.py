@@ -78,7 +78,7 @@ def test_two_worker_processes_share_200_documents_and_process_each_exactly_once(
 def test_a_worker_killed_with_sigkill_loses_nothing(migrated_dsn, start_process) -> None:
     dsn = migrated_dsn
     _insert_rows(dsn, 60)
-    env = {**FAST, "CONNECTOR_LEASE_SECONDS": "3"}
+    env = {**FAST, "CONNECTOR_LEASE_SECONDS": "3", "CONNECTOR_BATCH_SIZE": "8"}
     first = start_process("run", "--no-watch", "--dsn", dsn, "--embedder", "fake", **env)
     wait_for(lambda: _counts(dsn).get("done", 0) >= 10, timeout=120, what="10 documents done")
     first.send_signal(signal.SIGKILL)
@@ -94,10 +94,14 @@ def test_a_worker_killed_with_sigkill_loses_nothing(migrated_dsn, start_process)
         assert_consistent(conn)
     assert not set(_done_lines(first)) & set(_done_lines(second)), "nothing done before the kill was redone"
     with psycopg.connect(dsn) as conn:
-        # Only the document in the killed worker's hands (if the kill did not land just after its commit) was
-        # claimed again, once its lease ran out.
-        assert conn.execute("SELECT count(*) FROM connector.documents WHERE attempts > 1").fetchone()[0] <= 1
+        # Only the batch in the killed worker's hands (if the kill did not land just after its commit) was claimed
+        # again, once its leases ran out: each of those rows alone (one may be what killed the worker), once.
+        again = conn.execute("SELECT count(*) FROM connector.documents WHERE attempts > 1").fetchone()[0]
+        assert again <= 8
         assert conn.execute("SELECT max(attempts) FROM connector.documents").fetchone()[0] <= 2
+        assert conn.execute("SELECT count(*) FROM connector.documents WHERE retries <> 0").fetchone() == (0,)
+    claimed_alone = re.findall(r"processing (\S+) \(try 2 of", output_of(second))
+    assert len(claimed_alone) == again, "every abandoned row was tried again, counted as a try"
 
 
 @pytest.fixture

@@ -118,7 +118,7 @@ WITH candidates AS (
     FOR UPDATE SKIP LOCKED
     LIMIT %(limit)s
 ), picked AS (
-    SELECT id, sum(bytes) OVER (ORDER BY id) - bytes AS before,
+    SELECT id, sum(bytes) OVER (ORDER BY id) AS upto, row_number() OVER (ORDER BY id) AS n,
            min(id) FILTER (WHERE abandoned) OVER () AS first_abandoned
     FROM candidates
 )
@@ -128,7 +128,7 @@ SET status = 'processing', attempts = attempts + 1, updated_at = now(), claimed_
     retries = retries + CASE WHEN status = 'processing' THEN 1 ELSE 0 END
 FROM picked p
 WHERE d.id = p.id
-  AND CASE WHEN p.first_abandoned IS NULL THEN p.before < %(max_bytes)s ELSE p.id = p.first_abandoned END
+  AND CASE WHEN p.first_abandoned IS NULL THEN p.n = 1 OR p.upto <= %(max_bytes)s ELSE p.id = p.first_abandoned END
 RETURNING {", ".join("d." + c.strip() for c in _CLAIMED_COLUMNS.split(","))}, d.retries
 """
 

@@ -1,0 +1,235 @@
+"""The batch path against a real Postgres: a worker claims many rows at once and writes the finished ones in one
+transaction. Each row keeps its claim token, a bad document fails alone, a reader never sees a document without
+chunks, and a row whose worker died is claimed alone. Also the KEDA scaler's query, run as KEDA runs it."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+
+from connector.db.database import connect
+from connector.db.store import Store
+from connector.embedders.fake import FakeEmbedder
+from connector.models import SourceDocument
+from connector.pipeline import Pipeline
+from connector.settings import Settings
+from connector.worker import Worker
+from tests.conftest import FIXTURES
+from tests.dbchecks import assert_consistent
+
+K8S = Path(__file__).parent.parent / "docker" / "k8s"
+PARAGRAPHS = [p for p in (FIXTURES / "apache-2.0.txt").read_text().split("\n\n") if len(p.split()) > 20]
+
+
+def _insert(conn: psycopg.Connection, n: int, prefix: str = "row") -> list[int]:
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO connector.documents (source_key, content) VALUES (%s, %s) RETURNING id",
+            [(f"{prefix}-{i:03d}", _text(i)) for i in range(n)],
+            returning=True,
+        )
+        ids = []
+        while True:
+            ids.append(cur.fetchone()[0])
+            if not cur.nextset():
+                return ids
+
+
+def _text(i: int, version: int = 0) -> str:
+    return f"Row {i}, version {version}.\n\n" + "\n\n".join(PARAGRAPHS[(i + k) % len(PARAGRAPHS)] for k in range(3))
+
+
+class CorruptingPipeline(Pipeline):
+    """The real pipeline, except that the outcome of rows whose text says "poison" carries a NUL character in a
+    chunk: Postgres refuses it (text cannot hold NUL), so that document's write fails inside the batch's."""
+
+    def run(self, source: SourceDocument):
+        outcome = super().run(source)
+        if b"poison" in source.data:
+            first = outcome.chunks[0]
+            bad = dataclasses.replace(first, chunk=dataclasses.replace(first.chunk, text=first.chunk.text + "\x00"))
+            outcome = dataclasses.replace(outcome, chunks=(bad, *outcome.chunks[1:]))
+        return outcome
+
+
+def _status(conn: psycopg.Connection) -> dict[str, int]:
+    return dict(conn.execute("SELECT status, count(*) FROM connector.documents GROUP BY 1").fetchall())
+
+
+def test_a_batch_is_claimed_at_once_and_written_in_one_transaction(settings: Settings) -> None:
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        _insert(conn, 12)
+        worker = Worker(conn, Pipeline(settings.model_copy(update={"batch_size": 5}), FakeEmbedder()), [])
+        rows = worker.store.claim_batch(60, "w", (), 5, 10**9)
+        assert [r.id for r in rows] == sorted(r.id for r in rows) and len(rows) == 5
+        assert len({r.attempts for r in rows}) == 1 and all(r.attempts == 1 for r in rows), "a token per row"
+        worker.store.release_mine("w")
+        assert worker.drain(threading.Event()) == 12
+        assert _status(conn) == {"done": 12}
+        # 12 rows in batches of 5: three commits of the documents' rows, each with its whole batch.
+        batches = conn.execute(
+            "SELECT count(DISTINCT processed_at) FROM connector.documents"  # now() is the transaction's start
+        ).fetchone()[0]
+        assert batches == 3
+        assert_consistent(conn)
+
+
+def test_the_byte_cap_bounds_a_batch_but_never_refuses_its_first_row(settings: Settings) -> None:
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        _insert(conn, 6)
+        sizes = [n for (n,) in conn.execute("SELECT octet_length(content) FROM connector.documents ORDER BY id")]
+        store = Store(conn)
+        assert len(store.claim_batch(60, "a", (), 32, 1)) == 1, "one row over the cap is still a batch"
+        assert len(store.claim_batch(60, "b", (), 32, sizes[1] + sizes[2])) == 2
+        assert len(store.claim_batch(60, "c", (), 32, 10**9)) == 3, "what is left"
+
+
+def test_a_row_claimed_again_meanwhile_is_dropped_from_the_batch_and_the_rest_is_written(settings: Settings) -> None:
+    dsn = settings.dsn.get_secret_value()
+    with connect(dsn, autocommit=True) as conn, connect(dsn, autocommit=True) as other:
+        ids = _insert(conn, 4)
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [])
+        rows = worker.store.claim_batch(60, "w", (), 4, 10**9)
+        ready = [worker.prepare(r) for r in rows]
+        # Meanwhile row 2's content changes (requeued) and another worker claims and finishes it.
+        other.execute("UPDATE connector.documents SET content = %s WHERE id = %s", (_text(99, 1), ids[1]))
+        stolen = Store(other).claim_batch(60, "other", (), 1, 10**9)
+        assert [r.id for r in stolen] == [ids[1]] and stolen[0].attempts == 2
+        assert Worker(other, Pipeline(settings, FakeEmbedder()), []).process(stolen[0]) == "done"
+        assert worker._write(ready) == ["done", "superseded", "done", "done"]
+        joined = "SELECT document_id, string_agg(text, ' ') FROM connector.chunks GROUP BY document_id"
+        texts = dict(conn.execute(joined).fetchall())
+        assert "Row 99, version 1" in texts[ids[1]], "the newer pass's chunks stand"
+        assert _status(conn) == {"done": 4}
+        assert_consistent(conn)
+
+
+def test_one_document_that_cannot_be_written_or_converted_fails_alone(settings: Settings) -> None:
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        ids = _insert(conn, 9)
+        conn.execute("UPDATE connector.documents SET content = content || ' poison' WHERE id = %s", (ids[3],))
+        conn.execute("UPDATE connector.documents SET content = NULL, content_bytes = %s, mime_type = "
+                     "'application/pdf' WHERE id = %s", (b"%PDF-1.7 truncated", ids[6]))  # fmt: skip
+        s = settings.model_copy(update={"batch_size": 9, "max_attempts": 1})
+        worker = Worker(conn, CorruptingPipeline(s, FakeEmbedder()), [])
+        results: dict[int, str] = {}
+        worker.drain(threading.Event(), lambda row, result: results.__setitem__(row.id, result))
+        assert results[ids[3]] == "failed" and results[ids[6]] == "failed"
+        assert [results[i] for i in ids if i not in (ids[3], ids[6])] == ["done"] * 7
+        errors = dict(conn.execute("SELECT id, last_error FROM connector.documents WHERE status = 'failed'"))
+        assert "0x00" in errors[ids[3]] or "NUL" in errors[ids[3]], errors[ids[3]]
+        assert set(errors) == {ids[3], ids[6]}
+        assert conn.execute("SELECT count(DISTINCT document_id) FROM connector.chunks").fetchone() == (7,)
+        assert_consistent(conn)
+
+
+def test_readers_never_see_a_done_document_without_chunks_or_a_mix_of_versions(settings: Settings) -> None:
+    dsn = settings.dsn.get_secret_value()
+    stop = threading.Event()
+    seen: list[tuple] = []
+
+    def read() -> None:
+        with psycopg.connect(dsn, autocommit=True) as reader:
+            while not stop.is_set():
+                # One snapshot: done documents without chunks, and documents whose chunks mix two versions.
+                seen.append(reader.execute("""
+                    SELECT (SELECT count(*) FROM connector.documents d WHERE status = 'done'
+                            AND NOT EXISTS (SELECT 1 FROM connector.chunks c WHERE c.document_id = d.id)),
+                           (SELECT count(*) FROM (SELECT document_id FROM connector.chunks
+                                                  GROUP BY document_id
+                                                  HAVING count(DISTINCT substring(text FROM 'version (\\d+)')) > 1) m)
+                """).fetchone())  # fmt: skip
+
+    with connect(dsn, autocommit=True) as conn:
+        ids = _insert(conn, 30)
+        worker = Worker(conn, Pipeline(settings.model_copy(update={"batch_size": 8}), FakeEmbedder()), [])
+        reader = threading.Thread(target=read)
+        reader.start()
+        try:
+            assert worker.drain(threading.Event()) == 30
+            for version in (1, 2):  # every document replaced, twice, while the reader reads
+                with conn.cursor() as cur:
+                    cur.executemany("UPDATE connector.documents SET content = %s WHERE id = %s",
+                                    [(_text(i, version), doc) for i, doc in enumerate(ids)])  # fmt: skip
+                assert worker.drain(threading.Event()) == 30
+        finally:
+            stop.set()
+            reader.join()
+        assert len(seen) > 10, "the reader read while the batches were written"
+        assert set(seen) == {(0, 0)}
+        assert conn.execute("SELECT count(*) FROM connector.chunks WHERE text LIKE '%%version 2%%'").fetchone()[0] == 30
+        assert_consistent(conn)
+
+
+def test_a_row_whose_worker_died_is_claimed_alone(settings: Settings) -> None:
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        _insert(conn, 6)
+        store = Store(conn)
+        dead = store.claim_batch(1, "dies", (), 4, 10**9)  # then the process is killed: no heartbeat, no result
+        assert len(dead) == 4
+        conn.execute("UPDATE connector.documents SET lease_expires_at = now() - interval '1 s' "
+                     "WHERE status = 'processing'")  # fmt: skip
+        for expected in dead:  # each abandoned row on its own: one of them may be what killed the worker
+            again = store.claim_batch(60, "next", (), 4, 10**9)
+            assert [(r.id, r.retries) for r in again] == [(expected.id, 1)]
+        assert len(store.claim_batch(60, "next", (), 4, 10**9)) == 2, "then batches again"
+
+
+def test_the_keda_scalers_query_counts_what_status_calls_ready(settings: Settings) -> None:
+    manifests = list(yaml.safe_load_all((K8S / "keda-scaledobject.yaml").read_text()))
+    scaled = next(m for m in manifests if m["kind"] == "ScaledObject")
+    trigger = scaled["spec"]["triggers"][0]
+    assert trigger["type"] == "postgresql"
+    query = trigger["metadata"]["query"]
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        ids = _insert(conn, 9)
+        store = Store(conn)
+        store.claim_batch(60, "busy", (), 2, 10**9)  # processing, leased
+        conn.execute("UPDATE connector.documents SET status = 'pending', retry_after = now() + interval '1 h' "
+                     "WHERE id = %s", (ids[2],))  # backing off  # fmt: skip
+        conn.execute("UPDATE connector.documents SET status = 'failed' WHERE id = %s", (ids[3],))
+        conn.execute("UPDATE connector.documents SET status = 'done' WHERE id = %s", (ids[4],))
+        conn.execute("UPDATE connector.documents SET retry_after = now() - interval '1 s' WHERE id = %s", (ids[5],))
+        depth = store.queue_depth()
+        # KEDA runs the query as it stands, as a plain SELECT, and reads one integer.
+        (value,) = conn.execute(query).fetchone()
+        assert value == depth["ready"] == 4
+
+
+def test_the_kubernetes_manifests_use_settings_and_commands_that_exist() -> None:
+    from typer.main import get_command
+
+    from connector.cli import app
+
+    docs = [d for f in sorted(K8S.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    known = {f"CONNECTOR_{name.upper()}" for name in Settings.model_fields}
+    commands = get_command(app).commands
+    for container in spec["containers"] + spec["initContainers"]:
+        assert container["args"][0] in commands, container["args"]
+        for env in container.get("env", []):
+            assert env["name"] in known or env["name"].startswith("CONNECTOR_EMBED_"), env["name"]
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    grace = int(env["CONNECTOR_SHUTDOWN_GRACE_SECONDS"])
+    assert spec["terminationGracePeriodSeconds"] > grace, "the batch in hand is finished or handed back before SIGKILL"
+    probe = spec["containers"][0]["readinessProbe"]["httpGet"]
+    assert probe["path"] == "/health"
+
+
+@pytest.mark.parametrize("size", [1, 7])
+def test_the_ingest_path_still_writes_one_document_per_transaction(settings: Settings, size: int) -> None:
+    # `connector ingest` and `eval` call Worker.process row by row: the same write, a batch of one.
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        _insert(conn, size)
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [])
+        while (row := worker.store.claim_next(60, "w")) is not None:
+            assert worker.process(row) == "done"
+            assert worker.held == []
+        assert _status(conn) == {"done": size}
+        assert_consistent(conn)
