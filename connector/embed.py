@@ -10,6 +10,7 @@ window.
 from __future__ import annotations
 
 from connector.embedders import Embedder
+from connector.embedders.base import Embeddings
 from connector.models import Candidate, Chunk, Document, EmbeddedChunk, EmbeddedWindow
 
 HEADING_SEPARATOR = " › "
@@ -18,12 +19,24 @@ HEADING_SEPARATOR = " › "
 def embed_winner(
     document: Document, winner: Candidate, embedder: Embedder, template: str, title: str | None
 ) -> tuple[EmbeddedChunk, ...]:
-    chunks = winner.chunks
-    paths = [document.section_path_at(c.start) for c in chunks]
+    texts, prefixes = winner_texts(document, winner, template, title)
+    return attach(document, winner, embedder.embed(texts), prefixes)
+
+
+def winner_texts(
+    document: Document, winner: Candidate, template: str, title: str | None
+) -> tuple[list[str], list[int]]:
+    """What the model reads for each of the winner's chunks, and the length of the heading before each chunk."""
+    paths = [document.section_path_at(c.start) for c in winner.chunks]
     prefixes = [heading_prefix(template, title, path) for path in paths]
-    result = embedder.embed(
-        [p + c.text + suffix(template, title, path) for p, c, path in zip(prefixes, chunks, paths, strict=True)]
-    )
+    texts = [
+        p + c.text + suffix(template, title, path) for p, c, path in zip(prefixes, winner.chunks, paths, strict=True)
+    ]
+    return texts, [len(p) for p in prefixes]
+
+
+def attach(document: Document, winner: Candidate, result: Embeddings, prefixes: list[int]) -> tuple[EmbeddedChunk, ...]:
+    """The winner's chunks with their vectors (`result`, one row per text of `winner_texts`), windows and places."""
     return tuple(
         EmbeddedChunk(
             ordinal=i,
@@ -32,10 +45,10 @@ def embed_winner(
             page_start=document.page_at(c.start),
             page_end=document.page_at(c.end - 1),
             section_path=document.section_path_at(c.start),
-            windows=tuple(_in_document(w, c, len(prefixes[i])) for w in result.window_spans[i]),
+            windows=tuple(_in_document(w, c, prefixes[i]) for w in result.window_spans[i]),
             chunk_type=chunk_type(document, c),
         )
-        for i, c in enumerate(chunks)
+        for i, c in enumerate(winner.chunks)
     )
 
 

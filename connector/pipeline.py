@@ -1,20 +1,37 @@
 """One document through every stage: convert → candidates (+ guards) → metrics → select → embed.
 
-No database access here: the caller stores the `Outcome` in one transaction.
+`choose` runs a document up to its winner; `embed` embeds the winners of several documents at once (a worker's
+batch: one request instead of one per document). No database access here (but the embedding cache's): the caller
+stores the `Outcome`s.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from connector import candidates, chunkers, metrics
 from connector.convert import convert
-from connector.embed import embed_winner
+from connector.embed import attach, winner_texts
 from connector.embedders import Embedder, spec_of
-from connector.models import Document, Outcome, SourceDocument
+from connector.embedders.base import Embeddings
+from connector.embedders.cache import text_hash
+from connector.models import Document, Outcome, Scored, SourceDocument
 from connector.select import choose
 from connector.settings import Settings
 from connector.timing import Timer
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A document through every stage but embedding: what the worker holds until its batch is embedded."""
+
+    document: Document
+    scored: tuple[Scored, ...]
+    winner: Scored
+    title: str | None
+    timings: dict[str, float]
 
 
 class Pipeline:
@@ -40,6 +57,10 @@ class Pipeline:
         self.runs = 0  # documents it ran
 
     def run(self, source: SourceDocument) -> Outcome:
+        return self.embed([self.choose(source)])[0]
+
+    def choose(self, source: SourceDocument) -> Chosen:
+        """Every stage up to the winner: convert, candidates and guards, metrics, selection."""
         timer = Timer()
         with timer("convert"):
             document = convert(source.data, source.mime_type, self.settings.chunking)
@@ -47,14 +68,35 @@ class Pipeline:
         scored = metrics.score_all(document, pool, self.settings, self.metric_resources, timer)
         with timer("select"):
             winner = choose(scored)
-        title = document_title(source, document)
-        with timer("embed"):
-            chunks = embed_winner(document, winner.candidate, self.chunk_embedder, self.settings.embed_template, title)
         self.totals.add(timer.ms)
-        self.runs += 1
-        cache = getattr(self.chunk_embedder, "last", None)
-        return Outcome(document, scored, winner, chunks, dict(timer.ms), title, dict(cache) if cache else None,
-                       spec_of(self.embedder))  # fmt: skip
+        return Chosen(document, scored, winner, document_title(source, document), dict(timer.ms))
+
+    def embed(self, chosen: list[Chosen]) -> list[Outcome]:
+        """Embed the winners' chunks of several documents in one call (one request, or as few as the endpoint's
+        limits allow, and one look into the embedding cache), then split the vectors back per document."""
+        template = self.settings.embed_template
+        texts = [winner_texts(c.document, c.winner.candidate, template, c.title) for c in chosen]
+        flat = [t for doc_texts, _ in texts for t in doc_texts]
+        t0 = time.perf_counter()
+        result = self.chunk_embedder.embed(flat)
+        share = (time.perf_counter() - t0) * 1000 / max(len(flat), 1)
+        hits = getattr(self.chunk_embedder, "hits", None)  # the cache: which texts it had
+        spec = spec_of(self.embedder)
+        outcomes, start = [], 0
+        for c, (doc_texts, prefixes) in zip(chosen, texts, strict=True):
+            end = start + len(doc_texts)
+            own = Embeddings(result.vectors[start:end], result.window_spans[start:end])
+            chunks = attach(c.document, c.winner.candidate, own, prefixes)
+            timings = {**c.timings, "embed": share * len(doc_texts)}
+            cache = None
+            if hits is not None:
+                cached = sum(text_hash(t) in hits for t in doc_texts)
+                cache = {"embedded": len(doc_texts) - cached, "cached": cached}
+            outcomes.append(Outcome(c.document, c.scored, c.winner, chunks, timings, c.title, cache, spec))
+            self.totals.add({"embed": timings["embed"]})
+            self.runs += 1
+            start = end
+        return outcomes
 
     def close(self) -> None:
         """Close the embedding cache's connection (the model itself is shared, and closed by its owner)."""

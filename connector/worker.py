@@ -32,7 +32,7 @@ import psycopg
 from connector.db.store import ClaimedRow, Store
 from connector.errors import DocumentError, FatalError, TransientError
 from connector.models import Outcome, SourceDocument
-from connector.pipeline import Pipeline
+from connector.pipeline import Chosen, Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +45,11 @@ FLUSH_SECONDS = 1.0
 
 @dataclass(frozen=True, slots=True)
 class Ready:
-    """A document through the pipeline, waiting to be written with the rest of its batch."""
+    """A document through the pipeline up to its winner, waiting to be embedded and written with its batch."""
 
     row: ClaimedRow
     source: SourceDocument
-    outcome: Outcome
+    chosen: Chosen
 
 
 _RUN = uuid.uuid4().hex[:8]  # containers sharing a host name all run as pid 1: tell their workers apart
@@ -110,8 +110,7 @@ class Worker:
             tries = f" (try {row.retries + 1} of {self.max_attempts})" if row.retries else ""
             log.info("processing %s%s", row.source_key, tries, extra=context)
             with self._heartbeat():
-                outcome = self.pipeline.run(source)
-            return Ready(row, source, outcome)
+                return Ready(row, source, self.pipeline.choose(source))
         except Exception as exc:
             return self._failed(row, exc, content_hash)
         except BaseException:  # KeyboardInterrupt, SystemExit: give the document back before leaving
@@ -141,12 +140,15 @@ class Worker:
         return self._retry(row, f"internal error: {type(exc).__name__}: {exc}", content_hash)
 
     def _write(self, ready: list[Ready]) -> list[Result]:
-        """Write finished documents: all in one transaction; if that fails, one by one, so that only the document
-        that cannot be written pays for it."""
-        t0 = time.perf_counter()
+        """Embed and write finished documents: all in one call and one transaction; if either fails, one by one,
+        so that only the document that cannot be embedded or written pays for it."""
         try:
+            with self._heartbeat():  # an endpoint that retries can take a while: the leases must not run out
+                outcomes = self.pipeline.embed([r.chosen for r in ready])
+            t0 = time.perf_counter()
             with self.pipeline.totals("write"):
-                written = self.store.write_many([(r.row, r.source, r.outcome) for r in ready])
+                written = self.store.write_many([(r.row, r.source, o) for r, o in zip(ready, outcomes, strict=True)])
+            write_ms = (time.perf_counter() - t0) * 1000 / len(ready)
         except FatalError:
             for r in ready:
                 with contextlib.suppress(psycopg.Error):
@@ -157,32 +159,30 @@ class Worker:
                 raise TransientError(f"database connection lost while writing {len(ready)} document(s): {exc}") from exc
             if len(ready) == 1:
                 return [self._failed(ready[0].row, exc, ready[0].source.content_hash)]
-            log.warning("writing %d documents at once failed (%s); writing them one by one", len(ready), exc)
+            log.warning("embedding or writing %d documents at once failed (%s); one by one", len(ready), exc)
             return [result for r in ready for result in self._write([r])]
-        write_ms = (time.perf_counter() - t0) * 1000 / len(ready)
         results: list[Result] = []
-        for r, ok in zip(ready, written, strict=True):
+        for r, outcome, ok in zip(ready, outcomes, written, strict=True):
             if not ok:
                 log.warning("%s was deleted or claimed again while processing; result dropped", r.row.source_key)
                 results.append("superseded")
                 continue
-            self.last_timings = {**r.outcome.timings, "write": write_ms}
-            self._log_done(r)
+            self.last_timings = {**outcome.timings, "write": write_ms}
+            self._log_done(r.row, outcome)
             results.append("done")
         return results
 
-    def _log_done(self, r: Ready) -> None:
-        outcome = r.outcome
+    def _log_done(self, row: ClaimedRow, outcome: Outcome) -> None:
         cache = outcome.embedding
         log.info(
             "done %s: %s, %d chunks%s, score %.3f (%s)",
-            r.row.source_key,
+            row.source_key,
             outcome.winner.candidate.strategy,
             len(outcome.chunks),
             f" ({cache['embedded']} embedded, {cache['cached']} from the cache)" if cache else "",
             outcome.winner.score,
             ", ".join(f"{stage} {ms:.0f} ms" for stage, ms in outcome.timings.items()),
-            extra={"document_id": r.row.id, "source_key": r.row.source_key},
+            extra={"document_id": row.id, "source_key": row.source_key},
         )
 
     def _fail(self, row: ClaimedRow, error: str, content_hash: str | None) -> None:

