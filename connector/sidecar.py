@@ -216,7 +216,8 @@ class _WorkerThread(threading.Thread):
                     self.worker.drain(self.stop, self._record)
                 woken = any(True for _ in listen_conn.notifies(timeout=_WAKE_CHECK, stop_after=1))
 
-    def _record(self, _row, result: str) -> None:
+    def _record(self, row, result: str) -> None:
         from connector.observe import record
 
-        record(result, self.worker.last_timings if self.worker and result == "done" else None)
+        timings = self.worker.timings_of(row) if self.worker else None
+        record(result, timings if result == "done" else None)

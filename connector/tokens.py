@@ -47,7 +47,7 @@ def encoding(name: str) -> tiktoken.Encoding:
     return tiktoken.get_encoding(name)
 
 
-CACHED_CHARS = 16_384
+CACHED_CHARS = 8_192
 """Texts up to this long are counted once: the strategies and guards of one document count the same spans again and
 again (the whole of a short document by every strategy, a merged pair by each guard that tries it)."""
 BATCH_CHARS = 200_000
@@ -62,7 +62,7 @@ def count(text: str, name: str) -> int:
     return len(encoding(name).encode_ordinary(text))
 
 
-@functools.lru_cache(maxsize=4096)  # at most ~64 MB of text held, ~2 MB typically
+@functools.lru_cache(maxsize=2048)  # at most 2048 × 8192 characters held (64 MB in UCS-4), ~2 MB typically
 def _cached_count(text: str, name: str) -> int:
     return len(encoding(name).encode_ordinary(text))
 

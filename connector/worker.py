@@ -39,8 +39,8 @@ log = logging.getLogger(__name__)
 Result = Literal["done", "unchanged", "failed", "superseded", "retry"]
 MAX_BACKOFF_S = 300.0
 FLUSH_SECONDS = 1.0
-# Finished documents are written once this long has passed since the first of them started: short rows are written
-# ~50 at a time, a document that takes longer than this on its own is written as soon as it is done.
+# Finished documents are written once this long has passed since the first of them started (short rows: a whole
+# batch at a time), and before a document that is not short starts (a file, a row over `ClaimedRow.short`).
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +76,14 @@ class Worker:
         self.batch_bytes = int(s.batch_mb * 1_000_000)
         self.held: list[ClaimedRow] = []  # the rows it holds now, claimed and not yet finished (read on shutdown)
         self._next_beat = 0.0  # when the leases of `held` are next extended
-        self._lost: set[int] = set()  # rows a heartbeat found taken away (reported once)
-        self.last_timings: dict[str, float] = {}  # stage → ms of the last document done (for the metrics endpoint)
+        self._lost: set[tuple[int, int]] = set()  # (id, claim token) of held rows a heartbeat found taken away
+        # Stage → ms of each document done, until the metrics endpoint's recorder takes it (`timings_of`).
+        self.timings: dict[int, dict[str, float]] = {}
 
     def process(self, row: ClaimedRow) -> Result:
         """One document through the pipeline and into the database (its own transaction)."""
         self.held = [row]
+        self._next_beat = time.monotonic() + self.lease_seconds / 3
         try:
             prepared = self.prepare(row)
             return self._write([prepared])[0] if isinstance(prepared, Ready) else prepared
@@ -131,7 +133,8 @@ class Worker:
         if isinstance(exc, TransientError):
             return self._retry(row, str(exc), content_hash)
         if isinstance(exc, FatalError):
-            self.store.release(row)
+            with contextlib.suppress(psycopg.Error):
+                self.store.release(row)
             raise exc
         # A bug or a race, not a verdict on the document: it costs a try with backoff, like a transient error,
         # and the row fails only once the tries are spent. Only errors the code classifies as permanent
@@ -140,37 +143,73 @@ class Worker:
         return self._retry(row, f"internal error: {type(exc).__name__}: {exc}", content_hash)
 
     def _write(self, ready: list[Ready]) -> list[Result]:
-        """Embed and write finished documents: all in one call and one transaction; if either fails, one by one,
-        so that only the document that cannot be embedded or written pays for it."""
+        """Embed and write finished documents: all in one call and one transaction. An endpoint that is down
+        (`TransientError` after its retries) sends them all back to the queue; any other failure is retried one
+        document at a time, so that only the document that cannot be embedded or written pays for it."""
         try:
             with self._heartbeat():  # an endpoint that retries can take a while: the leases must not run out
                 outcomes = self.pipeline.embed([r.chosen for r in ready])
-            t0 = time.perf_counter()
+        except (FatalError, TransientError) as exc:
+            return self._all_failed(ready, exc)
+        except Exception as exc:
+            if len(ready) == 1:
+                return [self._failed(ready[0].row, exc, ready[0].source.content_hash)]
+            log.warning("embedding %d documents at once failed (%s); one by one", len(ready), exc)
+            return self._one_by_one(ready)
+        return self._store(ready, outcomes)
+
+    def _store(self, ready: list[Ready], outcomes: list[Outcome]) -> list[Result]:
+        t0 = time.perf_counter()
+        try:
             with self.pipeline.totals("write"):
                 written = self.store.write_many([(r.row, r.source, o) for r, o in zip(ready, outcomes, strict=True)])
-            write_ms = (time.perf_counter() - t0) * 1000 / len(ready)
-        except FatalError:
-            for r in ready:
-                with contextlib.suppress(psycopg.Error):
-                    self.store.release(r.row)
-            raise
+        except FatalError as exc:
+            return self._all_failed(ready, exc)
         except Exception as exc:
             if isinstance(exc, psycopg.OperationalError) and self.store.conn.broken:
                 raise TransientError(f"database connection lost while writing {len(ready)} document(s): {exc}") from exc
             if len(ready) == 1:
                 return [self._failed(ready[0].row, exc, ready[0].source.content_hash)]
-            log.warning("embedding or writing %d documents at once failed (%s); one by one", len(ready), exc)
-            return [result for r in ready for result in self._write([r])]
+            log.warning("writing %d documents at once failed (%s); one by one", len(ready), exc)
+            results = []
+            for r, outcome in zip(ready, outcomes, strict=True):
+                results += self._store([r], [outcome])
+                self._done_with(r.row)  # recorded: no longer ours to keep leased
+            return results
+        write_ms = (time.perf_counter() - t0) * 1000 / len(ready)  # each document's share of the batch's write
         results: list[Result] = []
         for r, outcome, ok in zip(ready, outcomes, written, strict=True):
             if not ok:
                 log.warning("%s was deleted or claimed again while processing; result dropped", r.row.source_key)
                 results.append("superseded")
                 continue
-            self.last_timings = {**outcome.timings, "write": write_ms}
+            self.timings[r.row.id] = {**outcome.timings, "write": write_ms}
+            if len(self.timings) > 1024:  # nobody is reading them (connector ingest): keep the latest only
+                self.timings.pop(next(iter(self.timings)))
             self._log_done(r.row, outcome)
             results.append("done")
         return results
+
+    def _one_by_one(self, ready: list[Ready]) -> list[Result]:
+        results = []
+        for r in ready:
+            results += self._write([r])
+            self._done_with(r.row)  # recorded: no longer ours to keep leased
+        return results
+
+    def _all_failed(self, ready: list[Ready], exc: Exception) -> list[Result]:
+        """A failure that is not any one document's (the endpoint is down, the configuration is wrong): the same
+        verdict for each (`FatalError`: every row handed back, then raised)."""
+        if isinstance(exc, FatalError):
+            for r in ready:
+                with contextlib.suppress(psycopg.Error):
+                    self.store.release(r.row)
+            raise exc
+        return [self._failed(r.row, exc, r.source.content_hash) for r in ready]
+
+    def timings_of(self, row: ClaimedRow) -> dict[str, float] | None:
+        """The stage timings of a document this worker just wrote (once: they are forgotten after)."""
+        return self.timings.pop(row.id, None)
 
     def _log_done(self, row: ClaimedRow, outcome: Outcome) -> None:
         cache = outcome.embedding
@@ -211,10 +250,10 @@ class Worker:
             log.warning("heartbeat failed for %d document(s): %s", len(rows), exc)
             return
         for row in rows:
-            if row.id not in ours and row.id not in self._lost:
+            if row.id not in ours and (row.id, row.attempts) not in self._lost:
                 # Requeued meanwhile (new bytes or content) or claimed again after a stall: this result will not
                 # be written (the claim token decides), the newer pass will.
-                self._lost.add(row.id)
+                self._lost.add((row.id, row.attempts))
                 log.warning("%s is no longer ours (requeued or claimed again); its result will be dropped",
                             row.source_key)  # fmt: skip
 
@@ -252,6 +291,8 @@ class Worker:
             if not rows:
                 break
             self.held = list(rows)
+            self._lost.clear()
+            self._next_beat = time.monotonic() + self.lease_seconds / 3
             try:
                 n += self._batch(rows, stop, on_result)
             except BaseException:  # a fatal error, a lost connection, Ctrl-C: what is in hand goes back now
@@ -280,6 +321,13 @@ class Worker:
             started = time.monotonic()
             if started >= self._next_beat:
                 self._beat()
+            if (row.id, row.attempts) in self._lost:  # requeued or claimed again meanwhile: it would be dropped
+                self._done_with(row)
+                if on_result:
+                    on_result(row, "superseded")
+                continue
+            if ready and not row.short:  # a long document next: what is finished is written first, not after it
+                flush()
             prepared = self.prepare(row)
             n += 1
             if isinstance(prepared, Ready):

@@ -8,7 +8,7 @@ search through them finds what shares words with the question. What it can be to
 - `max_tokens`: inputs longer than this many of *its own* tokens (`server_tokens`: one per 3 characters, more than
   tiktoken counts) get OpenAI's 400 "maximum context length";
 - `delay`: seconds every request takes; `max_batch`: more inputs in one request get TEI's 413; `fixed_dim`: a
-  `dimensions` parameter gets 400.
+  `dimensions` parameter gets 400; `refuse`: a request with an input containing this string gets 400.
 It records every request (inputs, headers, arrival time) and how many were in flight at once.
 """
 
@@ -32,6 +32,7 @@ class EmbeddingStub:
     def __init__(self, dim: int = 64, key: str | None = None, max_tokens: int | None = None, delay: float = 0.0):
         self.max_batch: int | None = None  # more inputs in one request: 413, as Text Embeddings Inference answers
         self.fixed_dim = False  # True: a `dimensions` parameter is refused with 400, as for text-embedding-ada-002
+        self.refuse: str | None = None  # a request with an input containing this gets 400 (an input it will not take)
         self.dim = dim
         self.key = key
         self.max_tokens = max_tokens
@@ -87,6 +88,9 @@ class EmbeddingStub:
                                             f"{stub.max_batch}", "error_type": "Validation"})  # fmt: skip
                 if stub.fixed_dim and body.get("dimensions"):
                     return self._send(400, _error("This model does not support specifying dimensions.",
+                                                  "invalid_request_error"))  # fmt: skip
+                if stub.refuse is not None and any(stub.refuse in t for t in inputs):
+                    return self._send(400, _error("'$.input' is invalid: it contains a forbidden sequence.",
                                                   "invalid_request_error"))  # fmt: skip
                 if any(not isinstance(t, str) for t in inputs):
                     return self._send(400, _error("this server takes text, not token ids", "invalid_request_error"))

@@ -62,7 +62,10 @@ def _status(conn: psycopg.Connection) -> dict[str, int]:
     return dict(conn.execute("SELECT status, count(*) FROM connector.documents GROUP BY 1").fetchall())
 
 
-def test_a_batch_is_claimed_at_once_and_written_in_one_transaction(settings: Settings) -> None:
+def test_a_batch_is_claimed_at_once_and_written_in_one_transaction(settings: Settings, monkeypatch) -> None:
+    import connector.worker
+
+    monkeypatch.setattr(connector.worker, "FLUSH_SECONDS", 3600.0)  # a slow machine must not split a batch's write
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         _insert(conn, 12)
         worker = Worker(conn, Pipeline(settings.model_copy(update={"batch_size": 5}), FakeEmbedder()), [])
@@ -167,20 +170,19 @@ def test_readers_never_see_a_done_document_without_chunks_or_a_mix_of_versions(s
         assert_consistent(conn)
 
 
-def test_a_batch_is_embedded_in_one_request_and_a_failing_request_falls_back_to_one_per_document(
+def test_a_batch_is_embedded_in_one_request_an_endpoint_down_requeues_it_and_a_refused_input_fails_alone(
     settings: Settings,
 ) -> None:
     from connector.embedders import close, load
 
-    with (
-        EmbeddingStub(dim=384, key="sk-batch") as stub,
-        connect(settings.dsn.get_secret_value(), autocommit=True) as conn,
-    ):
+    dsn = settings.dsn.get_secret_value()
+    with EmbeddingStub(dim=384, key="sk-batch") as stub, connect(dsn, autocommit=True) as conn:
         embed = EmbedSettings(base_url=stub.base_url, api_key="sk-batch", dimensions=384, max_retries=0, batch_size=256)
         model = load("openai", embed)
         try:
             ids = _insert(conn, 10)
-            s = settings.model_copy(update={"embedder": "openai", "embed": embed, "batch_size": 5})
+            s = settings.model_copy(update={"embedder": "openai", "embed": embed, "batch_size": 5,
+                                            "retry_base_seconds": 60})  # fmt: skip
             ensure_embedding_model(conn, model)
             worker = Worker(conn, Pipeline(s, model), [])
             stub.requests.clear()
@@ -188,16 +190,31 @@ def test_a_batch_is_embedded_in_one_request_and_a_failing_request_falls_back_to_
             chunks = conn.execute("SELECT count(*) FROM connector.chunks").fetchone()[0]
             assert len(stub.requests) == 2, "two batches of five documents: one request each"
             assert len(stub.texts) == chunks
-            # The endpoint fails the next batch's request: each document is then embedded (and written) alone.
-            with conn.cursor() as cur:
-                cur.executemany("UPDATE connector.documents SET content = %s WHERE id = %s",
-                                [(_text(i, 1), doc) for i, doc in enumerate(ids[:5])])  # fmt: skip
-            stub.requests.clear()
+
+            def requeue(version: int, poison: int | None = None) -> None:
+                with conn.cursor() as cur:
+                    cur.executemany("UPDATE connector.documents SET content = %s WHERE id = %s",
+                                    [(_text(i, version) + (" poison" if i == poison else ""), doc)
+                                     for i, doc in enumerate(ids[:5])])  # fmt: skip
+                conn.execute("UPDATE connector.documents SET retry_after = NULL")  # no backoff to wait out
+                stub.requests.clear()
+
+            # The endpoint is down (500, no retries left): not any one document's fault, all five back to the queue
+            # after the one request, not five more.
+            requeue(1)
             stub.fail = [("500",)]
-            assert worker.drain(threading.Event()) == 5
-            assert len(stub.requests[0]["body"]["input"]) >= 5, "the batch's one request (all five), refused"
-            assert len(stub.requests) == 1 + 5, "then one request per document"
-            assert _status(conn) == {"done": 10}
+            results: list[str] = []
+            worker.drain(threading.Event(), lambda _row, result: results.append(result))
+            assert results[:5] == ["retry"] * 5 and len(stub.requests) == 1
+            # An input the endpoint refuses: the batch is embedded again one document at a time; only that one fails.
+            requeue(2, poison=2)
+            stub.refuse = "poison"
+            results.clear()
+            worker.drain(threading.Event(), lambda row, result: results.append((row.id, result)))
+            assert dict(results) == {**{doc: "done" for doc in ids[:5]}, ids[2]: "failed"}
+            assert "refused" in conn.execute("SELECT last_error FROM connector.documents WHERE id = %s",
+                                             (ids[2],)).fetchone()[0]  # fmt: skip
+            assert _status(conn) == {"done": 9, "failed": 1}
             assert_consistent(conn)
         finally:
             close(model)

@@ -3,8 +3,13 @@ vectors between candidates."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 
 from connector.chunkers.base import make_chunk
 from connector.chunkers.sentences import sentence_spans
@@ -223,7 +228,16 @@ def test_a_metric_weighted_zero_is_not_computed(tmp_path) -> None:
     assert scored.metrics["bi"] is not None
 
 
-# --- the static metrics model ------------------------------------------------------------------------------------
+# --- the static metrics model ---
+
+SPAN_TEXT = (FIXTURES / "dockerfile-reference.md").read_text()[
+    :5000
+] + "\n\nnaïve café — «quoted» ½ 日本語 x\u00a0y word\x1fjoined here https://example.com/a/b?c=d&e=f."
+
+
+@functools.cache
+def static_encoder(models_dir) -> StaticEncoder:
+    return StaticEncoder(models_dir)
 
 
 def test_static_model_is_built_once_offline_and_ranks_related_sentences_higher(models_dir) -> None:
@@ -256,6 +270,36 @@ def test_span_vectors_are_the_static_models_own_vectors_of_those_texts(models_di
     # model2vec rounds each text's mean to float16 (the model's dtype); the span path sums in float32/64
     assert cosines.min() > 0.999, f"worst span: {text[slice(*spans[int(cosines.argmin())])]!r}"
     assert np.allclose(encoder.spans(text)(spans[:5]), got[:5], atol=1e-6), "the word cache changes nothing"
+
+
+@examples(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 6000), st.integers(0, 400)), min_size=1, max_size=20))
+def test_any_span_even_one_that_cuts_words_gets_the_vector_of_its_own_text(models_dir, spans) -> None:
+    text = SPAN_TEXT
+    spans = [(a, min(a + n, len(text))) for a, n in spans]
+    vectors = static_encoder(models_dir).spans(text)
+    vectors.prepare(spans[::3])
+    got = vectors(spans)
+    want = static_encoder(models_dir).embed([text[a:b] for a, b in spans])
+    for (a, b), g, w in zip(spans, got, want, strict=True):
+        if not np.any(w):  # nothing the model knows in that text (whitespace, punctuation it drops)
+            assert not np.any(g), text[a:b]
+        else:
+            assert float(g @ w) > 0.999, repr(text[a:b])
+
+
+def test_a_text_too_long_for_word_vectors_is_embedded_per_text(models_dir, monkeypatch) -> None:
+    import connector.metrics.vectors as vectors_module
+
+    monkeypatch.setattr(vectors_module, "SPAN_MAX_WORDS", 50)
+    encoder = static_encoder(models_dir)
+    text = SPAN_TEXT[:3000]
+    assert encoder.spans(text) is None
+    cache = VectorCache(encoder, text)
+    spans = sentence_spans(text)
+    cache.prepare_spans(spans)
+    assert cache.span_texts(spans) == [text[a:b] for a, b in spans], "the texts, to embed in one batch"
+    assert np.allclose(cache.spans(spans), encoder.embed([text[a:b] for a, b in spans]), atol=1e-6)
 
 
 def test_candidates_with_the_same_chunks_are_scored_once_and_alike(tmp_path) -> None:

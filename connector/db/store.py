@@ -30,6 +30,8 @@ from connector.errors import DocumentError
 from connector.models import Block, Outcome, SourceDocument
 from connector.sources.files import NotRegularFile, TooLarge, read_regular
 
+SHORT_BYTES = 20_000
+
 
 @dataclass(frozen=True, slots=True)
 class ClaimedRow:
@@ -46,6 +48,12 @@ class ClaimedRow:
     content_hash: str | None  # hash of the bytes the stored chunks came from, if any
     attempts: int  # the claim token: our writes land only while the row still carries it
     retries: int = 0  # tries that failed or were abandoned since the content last changed (this one not counted)
+
+    @property
+    def short(self) -> bool:
+        """A row whose content is in hand and small (a few pages of text): processed in milliseconds."""
+        size = len(self.content_bytes) if self.content_bytes is not None else len(self.content or "")
+        return self.source != "folder" and size <= SHORT_BYTES and not (self.mime_type or "").endswith("pdf")
 
     def load(self, roots: Sequence[Path], max_bytes: int) -> SourceDocument:
         """Read the document's bytes: the file for folder rows, the row's own columns for SQL rows.

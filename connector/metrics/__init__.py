@@ -96,16 +96,14 @@ class DocumentMetrics:
         weights = self.settings.weights
         for candidate in pool:
             if candidate.error is None and candidate.chunks:
-                spans = [(c.start, c.end) for c in candidate.chunks]
+                every_span += [(c.start, c.end) for c in candidate.chunks]
                 if weights.icc > 0:
-                    spans += icc_spans(candidate.chunks, self.sentences)
-                every_span += spans
-                texts += self.vectors.span_texts(spans)
+                    every_span += icc_spans(candidate.chunks, self.sentences)
                 if weights.rt > 0:
                     texts += retrievability_texts(self.document.markdown, candidate.chunks, self.probes)
         with self.timer("metric:embed"):
             self.vectors.prepare_spans(every_span)
-            self.vectors.prepare(texts)
+            self.vectors.prepare(self.vectors.span_texts(every_span) + texts)
 
     def _sizes(self, candidate: Candidate) -> list[int]:
         """SC's token counts: the strategy's own chunks (before the guards repaired them) by default, as the paper's

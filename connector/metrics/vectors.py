@@ -29,8 +29,11 @@ import numpy as np
 from connector.embedders import Embedder
 
 STATIC_DIMS = 256
-WORD_CACHE = 50_000  # words whose summed piece vectors a thread keeps (~50 MB at most; cleared when full)
-_UNIT = re.compile(r"\S+")
+WORD_CACHE = 20_000  # distinct words whose summed piece vectors a thread keeps (~20 MB; cleared when full)
+SPAN_MAX_WORDS = 100_000  # longer texts: vectors per chunk and sentence text, as before (memory: ~1 KB a word)
+# A word as BERT's pre-tokenizer sees it: between its whitespace (space, tab, CR, LF, Unicode Zs), not Python's \s
+# (which also splits on control characters that BERT's normaliser deletes from inside a word).
+_UNIT = re.compile(r"[^ \t\n\r\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]+")
 log = logging.getLogger(__name__)
 
 
@@ -70,26 +73,38 @@ class StaticEncoder:
             return np.zeros((0, self.dim), dtype=np.float32)
         return self._model().encode(texts, max_length=None, show_progress_bar=False).astype(np.float32)
 
-    def spans(self, text: str) -> SpanVectors:
-        """Vectors of any spans of `text` from one pass over it (see `SpanVectors`)."""
-        model = self._model()
-        words = getattr(self._local, "words", None)
-        if words is None or len(words) > WORD_CACHE:
-            words = self._local.words = {}
+    def spans(self, text: str) -> SpanVectors | None:
+        """Vectors of any spans of `text` from one pass over it (see `SpanVectors`); None for a text of more than
+        SPAN_MAX_WORDS words, whose word vectors would take more memory than its chunks' and sentences' do."""
         units = [(m.start(), m.end(), m.group()) for m in _UNIT.finditer(text)]
-        missing = list(dict.fromkeys(w for _, _, w in units if w not in words))
+        if len(units) > SPAN_MAX_WORDS:
+            return None
+        sums = self._word_sums([w for _, _, w in units])
+        starts = np.fromiter((a for a, _, _ in units), dtype=np.int64, count=len(units))
+        ends = np.fromiter((b for _, b, _ in units), dtype=np.int64, count=len(units))
+        rows = np.stack(sums) if units else np.zeros((0, self.dim), dtype=np.float32)
+        return SpanVectors(text, starts, ends, rows, lambda pieces: np.stack(self._word_sums(pieces)))
+
+    def _word_sums(self, words: list[str]) -> list[np.ndarray]:
+        """The sum of each word's piece vectors (float32), each distinct word tokenized once per thread: the last
+        WORD_CACHE distinct words are kept for the next documents."""
+        model = self._model()
+        cache = getattr(self._local, "words", None)
+        if cache is None:
+            cache = self._local.words = {}
+        missing = list(dict.fromkeys(w for w in words if w not in cache))
+        if len(cache) + len(missing) > WORD_CACHE:
+            cache.clear()
+        found = cache if len(missing) <= WORD_CACHE else dict(cache)  # a document of more words: not kept
         if missing:
             model.tokenizer.no_truncation()  # this thread's copy: model2vec leaves its 512-piece cap set
             unknown = model.unk_token_id
-            for word, encoded in zip(missing, model.tokenizer.encode_batch_fast(missing, add_special_tokens=False),
-                                     strict=True):  # fmt: skip
-                ids = [i for i in encoded.ids if i != unknown]  # as model2vec: unknown pieces carry no vector
-                words[word] = (model._encode_helper(np.asarray(ids, dtype=np.int64)).astype(np.float32).sum(axis=0)
+            encoded = model.tokenizer.encode_batch_fast(missing, add_special_tokens=False)
+            for word, pieces in zip(missing, encoded, strict=True):
+                ids = [i for i in pieces.ids if i != unknown]  # as model2vec: unknown pieces carry no vector
+                found[word] = (model._encode_helper(np.asarray(ids, dtype=np.int64)).astype(np.float32).sum(axis=0)
                                if ids else np.zeros(self.dim, dtype=np.float32))  # fmt: skip
-        starts = np.fromiter((a for a, _, _ in units), dtype=np.int64, count=len(units))
-        ends = np.fromiter((b for _, b, _ in units), dtype=np.int64, count=len(units))
-        rows = np.stack([words[w] for _, _, w in units]) if units else np.zeros((0, self.dim), dtype=np.float32)
-        return SpanVectors(starts, ends, rows)
+        return [found[w] for w in words]
 
 
 class SpanVectors:
@@ -98,31 +113,33 @@ class SpanVectors:
     A static model's vector of a text is the normalised sum of its word-piece vectors, and the tokenizer (BERT's)
     splits on whitespace before anything else: a whitespace-delimited word has the same pieces wherever it stands.
     So the text is cut into such words, each distinct word is tokenized once (and kept, per thread, for the next
-    documents), and a prefix sum over the words gives the vector of any chunk or sentence in O(1). Before, a
-    document's candidates had the same text tokenized again and again: every strategy's chunks, every sentence of
-    each. A span that cuts a word keeps the words wholly inside it (per-text tokenization would re-split the cut
-    word: a difference of a piece or two at an edge)."""
+    documents), and a prefix sum over the words gives the vector of any chunk or sentence. Before, a document's
+    candidates had the same text tokenized again and again: every strategy's chunks, every sentence of each. A span
+    that cuts a word (a token window's edge, a sentence clipped to a chunk) adds the piece of the word it holds,
+    tokenized as that piece: what embedding the span's text gives."""
 
-    def __init__(self, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray):
+    def __init__(self, text: str, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, fragments):
+        self._text = text
         self._starts = starts
         self._ends = ends
         self._rows = rows
+        self._fragments = fragments  # texts → their summed piece vectors
         self.dim = rows.shape[1]
         self._cuts = np.zeros(0, dtype=np.int64)  # word indices where a prefix sum is known
         self._prefix = np.zeros((0, self.dim))
 
-    def _bounds(self, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-        """The words [first, last) wholly inside each span."""
+    def _bounds(self, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Each span's edges, and the words [first, last) wholly inside it (last < first: inside one word)."""
         bounds = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
         first = np.searchsorted(self._starts, bounds[:, 0], side="left")
         last = np.searchsorted(self._ends, bounds[:, 1], side="right")
-        return first, np.maximum(last, first)
+        return bounds[:, 0], bounds[:, 1], first, last
 
     def prepare(self, spans: list[tuple[int, int]]) -> None:
         """Prefix sums at the edges of every span that will be asked for. Only there: a full prefix sum over the
         words costs more (numpy's cumsum down a column) than all the metrics' arithmetic."""
-        first, last = self._bounds(spans)
-        cuts = np.unique(np.concatenate([first, last, [0, len(self._rows)]]))
+        _, _, first, last = self._bounds(spans)
+        cuts = np.unique(np.concatenate([first, np.maximum(last, first), [0, len(self._rows)]]))
         if len(self._rows):
             segments = np.add.reduceat(self._rows, cuts[:-1], axis=0, dtype=np.float64)
         else:
@@ -131,19 +148,41 @@ class SpanVectors:
         self._prefix = np.vstack([np.zeros((1, self.dim)), np.cumsum(segments, axis=0)])
 
     def __call__(self, spans: list[tuple[int, int]]) -> np.ndarray:
-        first, last = self._bounds(spans)
+        a, b, first, last = self._bounds(spans)
+        inner = np.maximum(last, first)
         i = np.searchsorted(self._cuts, first)
-        j = np.searchsorted(self._cuts, last)
+        j = np.searchsorted(self._cuts, inner)
         n = len(self._cuts)
         known = (i < n) & (j < n)
-        known[known] &= (self._cuts[i[known]] == first[known]) & (self._cuts[j[known]] == last[known])
-        sums = np.empty((len(first), self.dim))
+        known[known] &= (self._cuts[i[known]] == first[known]) & (self._cuts[j[known]] == inner[known])
+        sums = np.zeros((len(first), self.dim))
         sums[known] = self._prefix[j[known]] - self._prefix[i[known]]
         for k in np.flatnonzero(~known):  # a span nobody announced: summed directly
-            sums[k] = self._rows[first[k] : last[k]].sum(axis=0, dtype=np.float64)
+            sums[k] = self._rows[first[k] : inner[k]].sum(axis=0, dtype=np.float64)
+        self._add_cut_words(sums, a, b, first, last)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         # No word inside (punctuation alone, unknown words): the zero vector, as model2vec gives.
         return (sums / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+
+    def _add_cut_words(self, sums: np.ndarray, a, b, first, last) -> None:
+        """Add the pieces of words a span's edge cuts: the part of the word inside the span, tokenized alone."""
+        words = len(self._starts)
+        pieces: list[tuple[int, str]] = []
+        for k in range(len(a)):
+            left = first[k] - 1  # the word that starts before the span, if the span's start cuts it
+            cuts_left = left >= 0 and self._ends[left] > a[k]
+            cuts_right = last[k] < words and self._starts[last[k]] < b[k]
+            if cuts_left and cuts_right and left == last[k]:  # the span lies inside one word
+                pieces.append((k, self._text[a[k] : b[k]]))
+                continue
+            if cuts_left:
+                pieces.append((k, self._text[a[k] : min(self._ends[left], b[k])]))
+            if cuts_right:
+                pieces.append((k, self._text[max(self._starts[last[k]], a[k]) : b[k]]))
+        if pieces:
+            vectors = self._fragments([p for _, p in pieces])
+            for (k, _), vector in zip(pieces, vectors, strict=True):
+                sums[k] += vector
 
 
 class StorageEncoder:
@@ -206,23 +245,28 @@ class VectorCache:
         self._document = document
         self._rows: dict[str, np.ndarray] = {}
         self._span_vectors: SpanVectors | None = None
+        # A static model reads the document once; the too-long document and other encoders embed each span's text.
+        self._by_span = hasattr(encoder, "spans")
 
     def span_texts(self, spans: list[tuple[int, int]]) -> list[str]:
         """The texts `spans` will embed (for one batch up front); none when the encoder reads the document once."""
-        if hasattr(self._encoder, "spans"):
+        if self._by_span:
             return []
         return [self._document[a:b] for a, b in spans]
 
     def prepare_spans(self, spans: list[tuple[int, int]] = ()) -> None:
         """Read the document once, ready for these spans (others cost a little more)."""
-        if self._span_vectors is None and hasattr(self._encoder, "spans"):
+        if self._span_vectors is None and self._by_span:
             self._span_vectors = self._encoder.spans(self._document)
-            self._span_vectors.prepare(list(spans))
+            if self._span_vectors is None:  # too long to hold a vector per word: per text, as other encoders
+                self._by_span = False
+            else:
+                self._span_vectors.prepare(list(spans))
 
     def spans(self, spans: list[tuple[int, int]]) -> np.ndarray:
-        if not hasattr(self._encoder, "spans"):
-            return self([self._document[a:b] for a, b in spans])
         self.prepare_spans()
+        if not self._by_span:
+            return self([self._document[a:b] for a, b in spans])
         return self._span_vectors(spans)
 
     def prepare(self, texts: list[str]) -> None:
