@@ -288,6 +288,20 @@ def test_any_span_even_one_that_cuts_words_gets_the_vector_of_its_own_text(model
             assert float(g @ w) > 0.999, repr(text[a:b])
 
 
+def test_the_word_cache_starts_again_when_full_and_changes_no_vector(models_dir, monkeypatch) -> None:
+    import connector.metrics.vectors as vectors_module
+
+    encoder = StaticEncoder(models_dir)  # a cache of its own
+    spans = sentence_spans(SPAN_TEXT)
+    want = encoder.embed([SPAN_TEXT[a:b] for a, b in spans])
+    for limit in (10, 200, 100_000):  # smaller than one document's words, than two documents', and roomy
+        monkeypatch.setattr(vectors_module, "WORD_CACHE", limit)
+        for text in (SPAN_TEXT[:2000], SPAN_TEXT):  # the second reuses, or clears, what the first left
+            got = encoder.spans(text)(spans if text is SPAN_TEXT else sentence_spans(text))
+        assert np.min(np.sum(got * want, axis=1)) > 0.999
+        assert len(encoder._local.words) <= limit
+
+
 def test_a_text_too_long_for_word_vectors_is_embedded_per_text(models_dir, monkeypatch) -> None:
     import connector.metrics.vectors as vectors_module
 

@@ -93,9 +93,10 @@ class StaticEncoder:
         if cache is None:
             cache = self._local.words = {}
         missing = list(dict.fromkeys(w for w in words if w not in cache))
-        if len(cache) + len(missing) > WORD_CACHE:
+        if len(cache) + len(missing) > WORD_CACHE:  # full: start again with this document's words
             cache.clear()
-        found = cache if len(missing) <= WORD_CACHE else dict(cache)  # a document of more words: not kept
+            missing = list(dict.fromkeys(words))
+        found = cache if len(missing) <= WORD_CACHE else {}  # a document of more distinct words: not kept
         if missing:
             model.tokenizer.no_truncation()  # this thread's copy: model2vec leaves its 512-piece cap set
             unknown = model.unk_token_id
