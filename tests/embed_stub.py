@@ -8,7 +8,8 @@ search through them finds what shares words with the question. What it can be to
 - `max_tokens`: inputs longer than this many of *its own* tokens (`server_tokens`: one per 3 characters, more than
   tiktoken counts) get OpenAI's 400 "maximum context length";
 - `delay`: seconds every request takes; `max_batch`: more inputs in one request get TEI's 413; `fixed_dim`: a
-  `dimensions` parameter gets 400; `refuse`: a request with an input containing this string gets 400.
+  `dimensions` parameter gets 400; `refuse`: a request with an input containing this string gets 400;
+  `constant`: answer every input (text or token ids) with one constant vector, at once (`tests.pgai_compare`).
 It records every request (inputs, headers, arrival time) and how many were in flight at once.
 """
 
@@ -33,6 +34,7 @@ class EmbeddingStub:
         self.max_batch: int | None = None  # more inputs in one request: 413, as Text Embeddings Inference answers
         self.fixed_dim = False  # True: a `dimensions` parameter is refused with 400, as for text-embedding-ada-002
         self.refuse: str | None = None  # a request with an input containing this gets 400 (an input it will not take)
+        self.constant = False  # True: one constant unit vector per input, text or token ids, at once (benchmarks)
         self.dim = dim
         self.key = key
         self.max_tokens = max_tokens
@@ -92,6 +94,12 @@ class EmbeddingStub:
                 if stub.refuse is not None and any(stub.refuse in t for t in inputs):
                     return self._send(400, _error("'$.input' is invalid: it contains a forbidden sequence.",
                                                   "invalid_request_error"))  # fmt: skip
+                if stub.constant:  # near-free: what a benchmark of the clients wants
+                    vector = [1.0 / (body.get("dimensions") or stub.dim) ** 0.5] * (body.get("dimensions") or stub.dim)
+                    return self._send(200, {"object": "list", "model": body.get("model"),
+                                            "data": [{"object": "embedding", "index": i, "embedding": vector}
+                                                     for i in range(len(inputs))],
+                                            "usage": {"prompt_tokens": 0, "total_tokens": 0}})  # fmt: skip
                 if any(not isinstance(t, str) for t in inputs):
                     return self._send(400, _error("this server takes text, not token ids", "invalid_request_error"))
                 if stub.max_tokens is not None:

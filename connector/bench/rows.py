@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from connector import candidates
+from connector.bench.processes import stop_all, wait_drained
 from connector.db.database import connect, ensure_embedding_model, migrate
 from connector.db.scratch import scratch_database
 from connector.embedders import close, load_configured
@@ -157,24 +158,14 @@ def run(settings: Settings, dsn: str, rows: list[Row], workers: int) -> RowsRun:
                 with conn.cursor().copy("COPY connector.documents (source_key, title, content) FROM STDIN") as copy:
                     for n, row in enumerate(rows):
                         copy.write_row((f"bench/{n + 1}", row.title, row.body))
-                while conn.execute(
-                    "SELECT count(*) FROM connector.documents WHERE status IN ('pending', 'processing')"
-                ).fetchone()[0]:
-                    if not any(p.is_alive() for p in procs):
-                        raise RuntimeError("every benchmark worker process exited before the queue was drained")
-                    time.sleep(0.02)
+                wait_drained(conn, procs)
                 wall = time.perf_counter() - t0
                 done, failed, chunks = conn.execute(
                     "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'), "
                     "(SELECT count(*) FROM connector.chunks) FROM connector.documents"
                 ).fetchone()
         finally:
-            stop.set()
-            for p in procs:
-                p.join(60)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
+            stop_all(stop, procs, 60)
             while len(reports) < len(procs):
                 try:
                     reports.append(out.get(timeout=1))
