@@ -106,6 +106,29 @@ def test_bench_reports_every_stage_both_arms_and_throughput(tmp_path: Path, dsn:
     assert scratch_databases(dsn) == []
 
 
+def test_bench_rows_drains_distinct_rows_of_paragraphs_and_reports_rates_stages_and_memory(
+    tmp_path: Path, dsn: str, corpus: Path
+) -> None:
+    from connector.bench.rows import workload
+
+    rows = workload([corpus], 40, 1200)
+    assert len(rows) == 40 and len({r.body for r in rows}) == 40, "the corpus read again differently: no repeats"
+    assert 600 < sum(len(r.body) for r in rows) / 40 < 2400
+    result = run(tmp_path, "bench", str(corpus), "--rows", "40", "--chars", "1200", "--workers", "1", "--json",
+                 "--dsn", dsn, "--embedder", "fake")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (only,) = json.loads(result.stdout)["runs"]
+    assert (only["workers"], only["rows"], only["done"], only["failed"]) == (1, 40, 40, 0)
+    assert only["chunks"] >= 40 and only["rows_per_s"] > 0 and only["chars"] == sum(len(r.body) for r in rows)
+    assert {"convert", "candidates", "metric:icc", "embed", "write"} <= set(only["stage_ms_per_row"])
+    (process,) = only["processes"]
+    assert process["documents"] == 40 and process["rss_end_mb"] > 0
+    assert scratch_databases(dsn) == []
+    (tmp_path / "empty").mkdir()
+    nothing = run(tmp_path, "bench", str(tmp_path / "empty"), "--rows", "5", "--dsn", dsn)
+    assert nothing.returncode == 2 and "no text or Markdown file" in nothing.stdout + nothing.stderr
+
+
 def test_convert_reports_every_document_and_fails_on_a_broken_one(tmp_path: Path, corpus: Path) -> None:
     result = run(tmp_path, "convert", str(corpus), "--json", "--out", str(tmp_path / "md"))
     assert result.returncode == 0, result.stderr
