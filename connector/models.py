@@ -104,6 +104,7 @@ class Scored:
     metric_ms: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
     rc_backend: str | None = None  # the coreference backend behind `metrics["rc"]`
     shape: dict = field(default_factory=dict, hash=False, compare=False)  # sizes and cuts (`metrics.shape_of`)
+    breaks: tuple[dict, ...] = field(default=(), hash=False, compare=False)  # what each cut breaks (`metrics.breaks`)
 
 
 @dataclass(frozen=True, slots=True)

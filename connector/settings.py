@@ -293,6 +293,7 @@ class Settings(BaseSettings):
         None, description="Serve /health, Prometheus /metrics and /search on http_host at this port (unset: off)."
     )
     http_host: str = Field("127.0.0.1", description="Address of the HTTP server (/health, /metrics, /search).")
+    http_ui: bool = Field(True, description="Serve the web UI at /ui/ on the HTTP port (false: the JSON paths only).")
     log_format: Literal["text", "json"] = Field("text", description="text, or json: one object per line.")
 
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)

@@ -225,9 +225,10 @@ COPY_WINDOWS_TYPES = ["int8", "int4", "int4", "int4", "vector"]
 INSERT_CANDIDATE = """
 INSERT INTO connector.candidates
     (document_id, strategy, params, chunk_count, rc, icc, dcc, bi, sc, rt, score, chosen, elapsed_ms, error,
-     rc_backend, metric_ms, shape)
+     rc_backend, metric_ms, shape, spans, breaks)
 VALUES (%(document_id)s, %(strategy)s, %(params)s, %(chunk_count)s, %(rc)s, %(icc)s, %(dcc)s, %(bi)s, %(sc)s,
-        %(rt)s, %(score)s, %(chosen)s, %(elapsed_ms)s, %(error)s, %(rc_backend)s, %(metric_ms)s, %(shape)s)
+        %(rt)s, %(score)s, %(chosen)s, %(elapsed_ms)s, %(error)s, %(rc_backend)s, %(metric_ms)s, %(shape)s,
+        %(spans)s, %(breaks)s)
 """
 
 # If the document was requeued while we worked (its file changed again), it stays pending for another pass.

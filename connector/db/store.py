@@ -310,6 +310,8 @@ class Store:
                         "rc_backend": s.rc_backend,
                         "metric_ms": Jsonb({k: round(v, 3) for k, v in s.metric_ms.items()}),
                         "shape": Jsonb(s.shape),
+                        "spans": [x for c in s.candidate.chunks for x in (c.start, c.end)] or None,
+                        "breaks": Jsonb(list(s.breaks)),
                     }
                     for row, _, outcome in items
                     for s in outcome.scored

@@ -17,6 +17,7 @@ from connector.coref import CorefBackend, Pair
 from connector.coref import load as load_coref
 from connector.embedders import Embedder
 from connector.metrics.blocks import block_integrity
+from connector.metrics.breaks import breaks_of
 from connector.metrics.cohesion import Sentences, contextual_coherence, icc_spans, intrachunk_cohesion
 from connector.metrics.references import references_completeness
 from connector.metrics.retrievability import Probe, retrievability, retrievability_texts, sample_probes
@@ -152,6 +153,7 @@ class DocumentMetrics:
             metric_ms=ms,
             rc_backend=self.coref_backend if "rc" in ms else None,
             shape=shape_of(candidate, self.document, self.settings.chunking) if candidate.chunks else {},
+            breaks=tuple(breaks_of(self.document, candidate.chunks, self.pairs)) if candidate.chunks else (),
         )
 
 

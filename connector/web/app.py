@@ -17,12 +17,13 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from connector import observe
 from connector.secrets import one_line
 from connector.web import query
-from connector.web.searcher import DatabaseUnavailable, Searcher
+from connector.web.pool import DatabaseUnavailable
+from connector.web.searcher import Searcher
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,11 @@ async def _body(request: Request) -> bytes:
     return bytes(body)
 
 
-def build_app(health: observe.Health, searcher: Searcher, health_pool: Executor, search_pool: Executor) -> Starlette:
+def build_app(
+    health: observe.Health, searcher: Searcher, health_pool: Executor, search_pool: Executor, extra: list[BaseRoute]
+) -> Starlette:
+    """The JSON endpoints, and `extra` routes (the web UI's, when it is on)."""
+
     async def blocking(pool: Executor, fn: Callable, *args):
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
@@ -72,7 +77,8 @@ def build_app(health: observe.Health, searcher: Searcher, health_pool: Executor,
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         if exc.status_code == 404:
-            return _error(404, f"no such path {request.url.path}: the paths are {', '.join(PATHS)}")
+            paths = (*PATHS, "/ui/") if extra else PATHS
+            return _error(404, f"no such path {request.url.path}: the paths are {', '.join(paths)}")
         if exc.status_code == 405:
             return _error(405, f"{request.method} is not allowed on {request.url.path}", exc.headers)
         return _error(exc.status_code, exc.detail, exc.headers)
@@ -82,6 +88,7 @@ def build_app(health: observe.Health, searcher: Searcher, health_pool: Executor,
             Route("/health", health_endpoint, methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
             Route("/search", search_endpoint, methods=["GET", "POST"]),
+            *extra,
         ],
         exception_handlers={HTTPException: http_error},
     )

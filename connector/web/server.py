@@ -23,8 +23,10 @@ from connector.embedders import Embedder
 from connector.errors import FatalError
 from connector.search.models import ActiveModel
 from connector.settings import Settings
+from connector.settings import ScoringSettings
 from connector.web.app import PATHS, build_app
-from connector.web.searcher import POOL_SIZE, Searcher
+from connector.web.pool import POOL_SIZE, DatabasePool
+from connector.web.searcher import Searcher
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +53,20 @@ class HttpServer:
     ):
         # Searches use the database's active model: this one, or (with `settings`) the one a reembed switched to.
         self._models = ActiveModel(settings, loaded=embedder)
-        self._searcher = Searcher(dsn, self._models)
+        self._pool = DatabasePool(dsn)
+        self._searcher = Searcher(self._pool, self._models)
+        self.ui = settings.http_ui if settings is not None else True
         self._socket = _bind(host, port)
         self._address = self._socket.getsockname()  # still known once the socket is closed
         self._health_pool = ThreadPoolExecutor(2, thread_name_prefix="http-health")
         self._search_pool = ThreadPoolExecutor(POOL_SIZE, thread_name_prefix="http-search")
-        app = build_app(health, self._searcher, self._health_pool, self._search_pool)
+        extra = []
+        if self.ui:
+            from connector.web import ui
+
+            weights = settings.weights if settings is not None else ScoringSettings()
+            extra = ui.routes(self._pool, self._searcher, weights, self._search_pool)
+        app = build_app(health, self._searcher, self._health_pool, self._search_pool, extra)
         config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="off",
                                 loop="asyncio", http="h11", ws="none", server_header=False,
                                 timeout_graceful_shutdown=_SHUTDOWN_SECONDS)  # fmt: skip
@@ -81,6 +91,8 @@ class HttpServer:
                 raise RuntimeError(f"the HTTP server on {self.url} did not start")
             time.sleep(0.01)
         log.info("health, metrics and search on %s (%s)", self.url, ", ".join(PATHS))
+        if self.ui:
+            log.info("web UI on %sui/", self.url)
 
     def stop(self) -> None:
         self._server.should_exit = True
@@ -89,7 +101,7 @@ class HttpServer:
         self._socket.close()
         self._search_pool.shutdown(wait=True, cancel_futures=True)
         self._health_pool.shutdown(wait=True, cancel_futures=True)
-        self._searcher.close()
+        self._pool.close()
         self._models.close()
 
     def _serve(self) -> None:

@@ -1,0 +1,211 @@
+"""What the pages draw, computed from stored rows: the document's Markdown cut into pieces at the winning chunks'
+boundaries, each candidate's strip (where it cuts and what its cuts break), metric bars, and search words marked in
+a hit. Pure functions over offsets; the templates only lay them out.
+
+Everything a document holds is user input: the Markdown is rendered by markdown-it with raw HTML off (so
+`<script>` is text) and images off (a page loads nothing from outside the server); every other string goes through
+Jinja's autoescape or `markupsafe.escape`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from markdown_it import MarkdownIt
+from markupsafe import Markup, escape
+
+from connector.embedders.lexical import STOP_WORDS
+
+COLOURS = 8
+"""Chunk colours, cycled (`.c0` … `.c7` in ui.css): neighbours never share one."""
+
+RENDER_MAX_CHARS = 1_000_000
+"""A longer document is shown as preformatted text, with the same boundaries: rendering megabytes of Markdown
+would hold a request thread for seconds."""
+
+METRIC_LABELS = {
+    "rc": "References Completeness",
+    "icc": "Intrachunk Cohesion",
+    "dcc": "Document Contextual Coherence",
+    "bi": "Block Integrity",
+    "sc": "Size Compliance",
+    "rt": "Retrievability",
+}
+
+BREAK_LABELS = {
+    "table": "cuts a table",
+    "list": "cuts a list",
+    "code": "cuts a code block",
+    "reference": "separates a pronoun from what it refers to",
+}
+
+_markdown = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
+_markdown.disable("image")
+
+
+def render_markdown(text: str) -> Markup:
+    return Markup(_markdown.render(text))  # noqa: S704 - markdown-it escapes the text; raw HTML is off
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A run of the document: a winning chunk's own text (up to the next chunk's start), or text no chunk holds."""
+
+    start: int
+    end: int
+    html: Markup
+    ordinal: int | None = None  # None: text outside every chunk
+    chunk_id: int | None = None
+    tokens: int | None = None
+    overlap: int = 0  # characters this chunk shares with the next one (shown once, in this piece)
+
+    @property
+    def colour(self) -> str:
+        return "gap" if self.ordinal is None else f"c{self.ordinal % COLOURS}"
+
+
+def pieces(markdown: str, chunks: list) -> list[Piece]:
+    """`chunks`: `ChunkLine`s in order. A piece runs from a chunk's start to the next chunk's start (or its own end);
+    text between two chunks that is more than whitespace, and text before the first or after the last, is a gap."""
+    render = render_markdown if len(markdown) <= RENDER_MAX_CHARS else _preformatted
+    out: list[Piece] = []
+    at = 0
+    for i, c in enumerate(chunks):
+        start, end = max(c.start_char, at), c.end_char
+        if start > at:
+            _gap(out, markdown, at, start, render)
+        nxt = chunks[i + 1].start_char if i + 1 < len(chunks) else None
+        stop = min(end, nxt) if nxt is not None and nxt > start else end
+        stop = max(stop, start)
+        overlap = max(0, end - nxt) if nxt is not None else 0
+        out.append(Piece(start, stop, render(markdown[start:stop]), c.ordinal, c.id, c.token_count, overlap))
+        at = max(at, stop)
+    if at < len(markdown):
+        _gap(out, markdown, at, len(markdown), render)
+    return out
+
+
+def _gap(out: list[Piece], markdown: str, start: int, end: int, render) -> None:
+    if markdown[start:end].strip():
+        out.append(Piece(start, end, render(markdown[start:end])))
+
+
+def _preformatted(text: str) -> Markup:
+    return Markup("<pre>") + escape(text) + Markup("</pre>")
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    x: float  # per mille of the document, for an SVG 1000 units wide
+    width: float
+    colour: str
+    label: str
+    href: str | None = None
+    current: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    x: float
+    kind: str  # the break's kind: table, list, code, reference, heading+paragraph, …
+    label: str
+
+    @property
+    def css(self) -> str:
+        return self.kind if self.kind in BREAK_LABELS else "unit"
+
+
+@dataclass(frozen=True, slots=True)
+class Strip:
+    name: str
+    chosen: bool
+    segments: list[Segment]
+    marks: list[Mark]
+    note: str | None = None  # why there is nothing to draw
+
+
+def strip(name: str, chosen: bool, total: int, spans: list[int] | None, breaks: list[dict]) -> Strip:
+    """One candidate's chunks as coloured segments along the document, and a mark at each cut that breaks a
+    protected unit or a reference pair."""
+    if spans is None:
+        return Strip(name, chosen, [], [], "cuts not recorded (scored before this version, or the strategy failed)")
+    if not total or not spans:
+        return Strip(name, chosen, [], [], "no chunks")
+    segments = [
+        Segment(_x(s, total), max(_x(e, total) - _x(s, total), 0.4), f"c{i % COLOURS}",
+                f"chunk {i + 1}: characters {s:,}–{e:,} ({e - s:,})")
+        for i, (s, e) in enumerate(zip(spans[::2], spans[1::2], strict=True))
+    ]  # fmt: skip
+    marks = [Mark(_x(b["at"], total), b["kind"], _break_label(b)) for b in breaks]
+    return Strip(name, chosen, segments, marks)
+
+
+def chunk_strip(total: int, chunks: list, current_id: int | None = None, href=None) -> Strip:
+    """The stored chunks along the document (linked to their pages), one of them marked as the current one."""
+    segments = [
+        Segment(_x(c.start_char, total), max(_x(c.end_char, total) - _x(c.start_char, total), 0.4),
+                f"c{c.ordinal % COLOURS}",
+                f"chunk {c.ordinal + 1}: characters {c.start_char:,}–{c.end_char:,}, {c.token_count} tokens",
+                href(c) if href else None, c.id == current_id)
+        for c in chunks
+    ]  # fmt: skip
+    return Strip("stored chunks", True, segments, [])
+
+
+def _x(offset: int, total: int) -> float:
+    return round(1000 * min(max(offset, 0), total) / total, 2) if total else 0.0
+
+
+def _break_label(b: dict) -> str:
+    kind, n, at = b["kind"], b.get("count", 1), b["at"]
+    if kind == "reference":
+        what = f"separates {n} pronoun{'s' if n != 1 else ''} from what {'they refer' if n != 1 else 'it refers'} to"
+    elif kind in BREAK_LABELS:
+        what = BREAK_LABELS[kind]
+    elif "+" in kind:
+        first, second = kind.split("+", 1)
+        what = f"cuts a {first} from the {second} bound to it"
+    else:
+        what = f"cuts a {kind}"
+    return f"cut at character {at:,} {what}"
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    metric: str
+    label: str
+    value: float | None
+    weight: float
+
+    @property
+    def width(self) -> float:
+        return 0.0 if self.value is None else round(100 * min(max(self.value, 0.0), 1.0), 1)
+
+
+def bars(candidate, weights: dict[str, float]) -> list[Bar]:
+    """`candidate`: a `StoredCandidate`. One bar per metric with a weight, then none for the others."""
+    return [Bar(m, label, getattr(candidate, m), weights.get(m, 0.0)) for m, label in METRIC_LABELS.items()]
+
+
+_WORD = re.compile(r"\w+")
+
+
+def query_words(question: str) -> list[str]:
+    """The words of a question worth marking in a hit: not stop words, not single characters; longest first, so
+    that a regex alternation prefers them."""
+    words = {w.lower() for w in _WORD.findall(question) if len(w) > 1 and w.lower() not in STOP_WORDS}
+    return sorted(words, key=lambda w: (-len(w), w))
+
+
+def highlight(text: str, words: list[str]) -> Markup:
+    """`text` escaped, with each whole-word occurrence of `words` (any case) in `<mark>`."""
+    if not words:
+        return escape(text)
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b", re.IGNORECASE)
+    out = Markup()
+    at = 0
+    for m in pattern.finditer(text):
+        out += escape(text[at : m.start()]) + Markup("<mark>") + escape(m.group()) + Markup("</mark>")
+        at = m.end()
+    return out + escape(text[at:])
