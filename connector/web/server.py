@@ -22,8 +22,7 @@ from connector import observe
 from connector.embedders import Embedder
 from connector.errors import FatalError
 from connector.search.models import ActiveModel
-from connector.settings import Settings
-from connector.settings import ScoringSettings
+from connector.settings import ScoringSettings, Settings
 from connector.web.app import PATHS, build_app
 from connector.web.pool import POOL_SIZE, DatabasePool
 from connector.web.searcher import Searcher

@@ -142,9 +142,9 @@ def routes(pool: DatabasePool, searcher: Searcher, weights: ScoringSettings, exe
         if chunk is None:
             return page("error.html", 404, title="No such chunk", message=f"no chunk with id {chunk_id}")
         total = chunk.document_chars or 0
+        where = views.chunk_strip(total, siblings, chunk.id, href=lambda c: f"/ui/chunks/{c.id}")
         return page("chunk.html", nav="documents", title=f"Chunk {chunk.ordinal + 1} of {chunk.source_key}",
-                    chunk=chunk, html=views.render_markdown(chunk.text), total=total,
-                    where=views.chunk_strip(total, siblings, chunk.id, href=lambda c: f"/ui/chunks/{c.id}"))  # fmt: skip
+                    chunk=chunk, html=views.render_markdown(chunk.text), total=total, where=where)  # fmt: skip
 
     async def search_page(request: Request) -> Response:
         params = request.query_params
