@@ -161,3 +161,47 @@ def no_leaked_threads():
             return
         time.sleep(0.1)
     pytest.fail(f"test leaked threads: {leaked}")
+
+
+# --- the web UI's browser -----------------------------------------------------------------------------------------
+# Debian's chromium driven by Playwright (never a browser downloaded at run time). CI installs it and sets
+# CONNECTOR_TEST_REQUIRE_BROWSER=1, so that a missing browser fails there; elsewhere the browser tests are not run,
+# and the run says so in one line at the end.
+
+
+NO_BROWSER = "no chromium: apt-get install chromium"
+
+
+def chromium_path() -> str | None:
+    import shutil
+
+    return os.environ.get("CONNECTOR_TEST_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    path = chromium_path()
+    if path is None:
+        if os.environ.get("CONNECTOR_TEST_REQUIRE_BROWSER"):
+            pytest.fail("no chromium found (CONNECTOR_TEST_REQUIRE_BROWSER is set): apt-get install chromium")
+        pytest.skip(NO_BROWSER)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start
+        chromium = playwright.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    not_run = [r for r in terminalreporter.stats.get("skipped", []) if NO_BROWSER in str(r.longrepr)]
+    if not_run:
+        terminalreporter.write_line(
+            f"web UI: {len(not_run)} browser test(s) NOT RUN: no chromium on this machine "
+            "(apt-get install chromium, or CONNECTOR_TEST_CHROMIUM=/path/to/chromium)",
+            yellow=True,
+            bold=True,
+        )

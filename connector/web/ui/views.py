@@ -44,6 +44,16 @@ _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable([
 _markdown.disable("image")
 
 
+def _demote_headings(state) -> None:
+    """A document's `#` is the page's h3: the page keeps its own h1 and h2."""
+    for token in state.tokens:
+        if token.type in ("heading_open", "heading_close"):
+            token.tag = f"h{min(6, int(token.tag[1]) + 2)}"
+
+
+_markdown.core.ruler.push("demote_headings", _demote_headings)
+
+
 def render_markdown(text: str) -> Markup:
     return Markup(_markdown.render(text))  # noqa: S704 - markdown-it escapes the text; raw HTML is off
 
@@ -189,12 +199,14 @@ def bars(candidate, weights: dict[str, float]) -> list[Bar]:
 
 
 _WORD = re.compile(r"\w+")
+_QUESTION_WORDS = frozenset({"how", "what", "why", "when", "where", "which", "who", "whom", "whose", "does", "do"})
 
 
 def query_words(question: str) -> list[str]:
     """The words of a question worth marking in a hit: not stop words, not single characters; longest first, so
     that a regex alternation prefers them."""
-    words = {w.lower() for w in _WORD.findall(question) if len(w) > 1 and w.lower() not in STOP_WORDS}
+    skip = STOP_WORDS | _QUESTION_WORDS
+    words = {w.lower() for w in _WORD.findall(question) if len(w) > 1 and w.lower() not in skip}
     return sorted(words, key=lambda w: (-len(w), w))
 
 

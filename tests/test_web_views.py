@@ -1,0 +1,115 @@
+"""What the web UI draws, checked against the metrics it illustrates and the text it shows: a strip's marks are
+exactly the units Block Integrity counts as cut and the pairs References Completeness counts as broken; the
+document's pieces cover its text once, in order; marked search words never change the text or let markup through."""
+
+from __future__ import annotations
+
+import functools
+import html
+import re
+
+from hypothesis import HealthCheck, given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
+
+from connector.convert import convert
+from connector.coref.heuristic import HeuristicCoref
+from connector.db.browse import ChunkLine
+from connector.metrics.blocks import TOLERANCE, block_integrity
+from connector.metrics.breaks import breaks_of
+from connector.metrics.references import references_completeness
+from connector.web.ui import views
+from tests.conftest import FIXTURES
+from tests.test_convert import CHUNKING
+from tests.test_metrics import chunks_at
+
+
+@functools.cache
+def _numeric():
+    """A real HTML page with tables, lists and prose, as the pipeline converts it, and its coreference pairs."""
+    doc = convert((FIXTURES / "postgresql-15-datatype-numeric.html").read_bytes(), "text/html", CHUNKING)
+    return doc, HeuristicCoref().pairs(doc.markdown)
+
+
+@examples(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.floats(0.0, 1.0), max_size=40))
+def test_marks_are_exactly_what_bi_and_rc_count(where: list[float]) -> None:
+    doc, pairs = _numeric()
+    n = len(doc.markdown)
+    chunks = chunks_at(doc.markdown, sorted({int(w * (n - 1)) + 1 for w in where}))
+    found = breaks_of(doc, chunks, pairs)
+    units = doc.units or doc.blocks
+    cut_units = {i for i, u in enumerate(units) for b in found
+                 if b["kind"] != "reference" and u.start + TOLERANCE < b["at"] < u.end - TOLERANCE}  # fmt: skip
+    assert len(cut_units) == round((1 - block_integrity(units, chunks)) * len(units))
+    broken_pairs = sum(b["count"] for b in found if b["kind"] == "reference")
+    assert broken_pairs == round((1 - references_completeness(pairs, chunks)) * len(pairs))
+    cuts = {c.start for c in chunks[1:]}
+    assert all(b["at"] in cuts for b in found), "a mark sits on a cut"
+    assert [(b["at"], b["kind"]) for b in found] == sorted({(b["at"], b["kind"]) for b in found})
+
+
+def test_a_cut_through_a_table_is_marked_as_one() -> None:
+    doc, pairs = _numeric()
+    table = next(b for b in doc.blocks if b.kind == "table" and b.end - b.start > 200)
+    middle = (table.start + table.end) // 2
+    found = breaks_of(doc, chunks_at(doc.markdown, [middle]), pairs)
+    assert {"at": middle, "kind": "table", "count": 1} in found
+    label = views.strip("x", False, len(doc.markdown), [0, middle, middle, len(doc.markdown)], found).marks
+    assert any(m.css == "table" and "cuts a table" in m.label for m in label)
+    assert breaks_of(doc, chunks_at(doc.markdown, [table.start]), pairs) == [] or all(
+        b["kind"] != "table" for b in breaks_of(doc, chunks_at(doc.markdown, [table.start]), pairs)
+    ), "a cut at a table's edge breaks no table"
+
+
+def _lines(spans: list[tuple[int, int]]) -> list[ChunkLine]:
+    return [ChunkLine(i + 1, i, s, e, max(1, (e - s) // 4), [], None, None, "text") for i, (s, e) in enumerate(spans)]
+
+
+@examples(max_examples=80, deadline=None)
+@given(st.data())
+def test_pieces_cover_the_document_once_in_order(data) -> None:
+    text = data.draw(st.text(alphabet="ab \n#|-*", min_size=1, max_size=300))
+    n = len(text)
+    starts = sorted(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=12, unique=True)))
+    spans = []
+    for i, s in enumerate(starts):  # chunks may overlap the next one, or stop short of it
+        nxt = starts[i + 1] if i + 1 < len(starts) else n
+        spans.append((s, data.draw(st.integers(s + 1, min(n, nxt + 20)))))
+    pieces = views.pieces(text, _lines(spans))
+    assert [p.ordinal for p in pieces if p.ordinal is not None] == list(range(len(spans))), "every chunk, in order"
+    assert all(a.end <= b.start for a, b in zip(pieces, pieces[1:], strict=False)), "no text shown twice"
+    covered = "".join(text[p.start : p.end] for p in pieces)
+    shown = set()
+    for p in pieces:
+        shown.update(range(p.start, p.end))
+    hidden = "".join(ch for i, ch in enumerate(text) if i not in shown)
+    assert hidden.strip() == "", "what no piece shows is whitespace between chunks"
+    assert len(covered) + len(hidden) == n
+    own = [p for p in pieces if p.ordinal is not None]
+    for i, (p, (s, e)) in enumerate(zip(own, spans, strict=True)):
+        nxt = spans[i + 1][0] if i + 1 < len(spans) else n
+        assert (p.start, p.end) == (s, min(e, nxt)), "a chunk shows its text up to the next chunk's start"
+        assert p.overlap == (max(0, e - nxt) if i + 1 < len(spans) else 0)
+
+
+@given(st.text(max_size=200), st.lists(st.sampled_from(["flux", "a", "xj42", "<b>", "capacitor"]), max_size=4))
+def test_marked_words_keep_the_text_and_let_no_markup_through(text: str, words: list[str]) -> None:
+    out = str(views.highlight(text, views.query_words(" ".join(words))))
+    assert "<" not in re.sub(r"</?mark>", "", out), "only <mark> tags"
+    assert html.unescape(re.sub(r"</?mark>", "", out)) == text
+
+
+def test_query_words_and_marks_are_whole_words_in_any_case() -> None:
+    words = views.query_words("How is the XJ42 flux capacitor calibrated?")
+    assert words == ["calibrated", "capacitor", "flux", "xj42"]
+    out = str(views.highlight("Calibrate the XJ42 Flux capacitor; fluxes are not flux.", words))
+    assert out == "Calibrate the <mark>XJ42</mark> <mark>Flux</mark> <mark>capacitor</mark>; fluxes are not " \
+        "<mark>flux</mark>."  # fmt: skip
+
+
+def test_markdown_renders_without_raw_html_scripts_or_images() -> None:
+    out = str(views.render_markdown("# T <script>x()</script>\n\n<img src=x onerror=y()>\n\n![i](http://e/i.png) "
+                                    "[j](javascript:alert(1))\n\n| a |\n|---|\n| <b>b</b> |\n"))  # fmt: skip
+    assert "<script" not in out and "<img" not in out and "<b>" not in out and 'href="javascript' not in out
+    assert "&lt;script&gt;x()&lt;/script&gt;" in out and "<table>" in out
