@@ -181,6 +181,8 @@ def chromium_path() -> str | None:
 @pytest.fixture(scope="session")
 def browser():
     path = chromium_path()
+    if path is not None and not os.access(path, os.X_OK):
+        pytest.fail(f"CONNECTOR_TEST_CHROMIUM={path} is not an executable")
     if path is None:
         if os.environ.get("CONNECTOR_TEST_REQUIRE_BROWSER"):
             pytest.fail("no chromium found (CONNECTOR_TEST_REQUIRE_BROWSER is set): apt-get install chromium")
@@ -196,6 +198,7 @@ def browser():
             chromium.close()
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own summary: the run's last line but one
 def pytest_terminal_summary(terminalreporter) -> None:
     not_run = [r for r in terminalreporter.stats.get("skipped", []) if NO_BROWSER in str(r.longrepr)]
     if not_run:

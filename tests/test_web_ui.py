@@ -253,6 +253,8 @@ def test_search_finds_the_known_chunk_marks_the_words_and_expands_the_context(si
     passage = context.locator("p.text")
     assert passage.is_visible() and len(passage.inner_text()) > len(hit_text)
     assert hit_text.strip()[:200] in passage.inner_text()
+    assert context.locator(".hit").inner_text().strip() == hit_text.strip(), "the hit set apart in its passage"
+    assert context.locator(".neighbour").all_inner_texts() != ["", ""], "with the text of its neighbours"
 
     bad = page.goto(site.url + "/ui/search?q=x&k=0")
     assert bad.status == 400 and "k must be" in page.locator("p.error").inner_text()

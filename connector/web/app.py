@@ -1,4 +1,5 @@
-"""The Starlette app of the sidecar's HTTP port: `/health`, `/metrics` and `/search`.
+"""The Starlette app of the sidecar's HTTP port: `/health`, `/metrics` and `/search` (and the web UI's routes,
+`connector.web.ui`, when it is on).
 
 Every endpoint does blocking work (a connection to count the queue, an embedding and a query): it runs on the
 server's own thread pools, never on the event loop. Health checks have their own pool, so that slow searches

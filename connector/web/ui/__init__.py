@@ -164,7 +164,8 @@ def routes(pool: DatabasePool, searcher: Searcher, weights: ScoringSettings, exe
         except Exception as exc:
             return failure(exc, "search")
         words = views.query_words(question)
-        return page("search.html", **context, results=results, mark=lambda text: views.highlight(text, words))
+        return page("search.html", **context, results=results, mark=lambda text: views.highlight(text, words),
+                    around=views.around)  # fmt: skip
 
     async def queue_page(_request: Request) -> Response:
         def read():

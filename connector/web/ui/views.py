@@ -221,3 +221,12 @@ def highlight(text: str, words: list[str]) -> Markup:
         out += escape(text[at : m.start()]) + Markup("<mark>") + escape(m.group()) + Markup("</mark>")
         at = m.end()
     return out + escape(text[at:])
+
+
+def around(passage: str, hit: str) -> tuple[str, str, str]:
+    """A hit's passage as (before, the hit, after), so that "show context" can set the hit apart from its
+    neighbours; the whole passage before the hit when the hit is not found in it verbatim."""
+    at = passage.find(hit) if hit else -1
+    if at < 0:
+        return passage, "", ""
+    return passage[:at], hit, passage[at + len(hit) :]
