@@ -20,6 +20,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 from connector.db.database import migrate
+from connector.db.store import Store
 from tests.conftest import FIXTURES, child_env, connector_cmd, wait_for
 from tests.test_search import TOPICS
 from tests.test_sidecar import SIDECAR_ENV
@@ -109,10 +110,11 @@ def site(pg_admin_dsn: str, tmp_path_factory: pytest.TempPathFactory):
         assert "Traceback" not in text, text
 
 
-@pytest.fixture
-def page(browser):
-    """A fresh browser context per test; every dialog (an `alert()` that ran) is recorded and fails the test."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+@pytest.fixture(params=[False])
+def page(browser, request):
+    """A fresh browser context per test; every dialog (an `alert()` that ran) is recorded and fails the test.
+    Parametrized with True, the context ignores the pages' Content-Security-Policy: escaping alone must hold."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=request.param)
     tab = context.new_page()
     tab.dialogs = []
     tab.on("dialog", lambda d: (tab.dialogs.append(d.message), d.dismiss()))
@@ -157,6 +159,7 @@ def test_documents_page_lists_filters_and_shows_failures_with_their_reason(site:
     page.goto(site.url + "/ui/?key=topics/")
     assert page.locator("tr[data-id]").count() == len(TOPICS)
     assert page.goto(site.url + "/ui/?status=bogus").status == 400
+    assert page.goto(site.url + "/ui/?page=99999999999999999999").ok and page.locator("tr[data-id]").count() == 0
 
 
 def test_document_page_draws_the_candidates_their_cuts_and_the_stored_chunks(site: Site, page) -> None:
@@ -267,17 +270,47 @@ def test_queue_page_counts_what_status_counts_and_charts_the_strategies(site: Si
     done, failed = site.one("SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = "
                             "'failed') FROM connector.documents")  # fmt: skip
     assert counts == {"ready": 0, "backing_off": 0, "processing": 0, "done": done, "failed": failed}
-    wins = dict(site.all("SELECT c.strategy, count(*) FILTER (WHERE c.chosen) FROM connector.candidates c "
-                         "JOIN connector.documents d ON d.id = c.document_id WHERE d.status = 'done' AND "
-                         "c.error IS NULL AND c.chunk_count > 0 GROUP BY 1"))  # fmt: skip
+    with psycopg.connect(site.dsn) as conn:  # what `connector report` prints
+        report = {r.strategy: r for r in Store(conn).strategy_report()}
+    adaptive = report.pop("adaptive")
     rows = page.locator("table.chart tbody tr[data-strategy]")
-    assert rows.count() == len(wins)
+    assert sorted(rows.evaluate_all("rows => rows.map(r => r.dataset.strategy)")) == sorted(report)
     for i in range(rows.count()):
         row = rows.nth(i)
-        assert int(row.locator("td.bar-cell .value").first.inner_text()) == wins[row.get_attribute("data-strategy")]
-    assert page.locator("tr.adaptive td.bar-cell .value").first.inner_text() == str(done)
+        expected = report[row.get_attribute("data-strategy")]
+        wins, score = row.locator("td.bar-cell .value").all_inner_texts()
+        assert (int(wins), score) == (expected.wins, f"{expected.score:.3f}")
+        assert row.locator("td.num").first.inner_text() == str(expected.documents)
+    assert adaptive.wins == done
+    assert page.locator("tr.adaptive td.bar-cell .value").all_inner_texts() == [str(done), f"{adaptive.score:.3f}"]
+
+    # a document held by a worker and one backing off show up with who holds it and why it waits
+    held, waiting = site.doc_id("topics/volumes"), site.doc_id("topics/licence")
+    with psycopg.connect(site.dsn, autocommit=True) as conn:  # (the sidecar claims only what is ready)
+        conn.execute(
+            "UPDATE connector.documents SET status = 'processing', claimed_by = 'elsewhere:1', "
+            "heartbeat_at = now(), lease_expires_at = now() + interval '1 hour' WHERE id = %s",
+            (held,),
+        )
+        conn.execute(
+            "UPDATE connector.documents SET status = 'pending', retries = 2, retry_after = now() + interval '1 hour', "
+            "last_error = 'the endpoint answered 503' WHERE id = %s",
+            (waiting,),
+        )
+    try:
+        page.goto(site.url + "/ui/queue")
+        assert page.locator(".count[data-count='processing'] .n").inner_text() == "1"
+        assert page.locator(".count[data-count='backing_off'] .n").inner_text() == "1"
+        assert "elsewhere:1" in page.locator("table.queue tr.processing").inner_text()
+        assert "the endpoint answered 503" in page.locator("table.queue tr.pending").inner_text()
+    finally:
+        with psycopg.connect(site.dsn, autocommit=True) as conn:
+            conn.execute("UPDATE connector.documents SET status = 'done', claimed_by = NULL, lease_expires_at = "
+                         "NULL, retries = 0, retry_after = NULL, last_error = NULL WHERE id = ANY(%s)",
+                         ([held, waiting],))  # fmt: skip
 
 
+@pytest.mark.parametrize("page", [True], indirect=True)  # without the CSP's help: nothing may run anyway
 def test_a_document_holding_script_shows_it_as_text_and_runs_nothing(site: Site, page) -> None:
     doc_id = site.doc_id(HOSTILE_NAME)
     response = page.goto(f"{site.url}/ui/documents/{doc_id}")
@@ -292,17 +325,54 @@ def test_a_document_holding_script_shows_it_as_text_and_runs_nothing(site: Site,
     assert page.locator("dd.key").inner_text() == HOSTILE_NAME
     page.goto(site.url + "/ui/")
     assert page.locator(f"tr[data-id='{doc_id}'] td.key").inner_text() == HOSTILE_NAME
-    page.goto(site.url + "/ui/search?q=hostile+page+holds")
+    page.goto(site.url + "/ui/search?q=hostile+page+holds+script+alert")
+    assert page.locator("li.result").count() > 0
     assert page.locator("main script, main img").count() == 0  # the page fixture fails on any dialog
+    # what a link or a parameter carries back into a page is escaped too
+    page.goto(site.url + "/ui/search?q=%3Cscript%3Ealert(6)%3C/script%3E")
+    assert page.locator("input[name=q]").input_value() == "<script>alert(6)</script>"
+    page.goto(site.url + "/ui/?key=%22%3E%3Cscript%3Ealert(7)%3C/script%3E&requeued=%3Cb%3Elog+in+here")
+    assert page.locator("main script").count() == 0 and page.locator(".notice").count() == 0
+
+
+def test_pages_refuse_what_they_cannot_show_and_other_hosts(site: Site) -> None:
+    with httpx.Client(base_url=site.url, timeout=30) as http:
+        for path in ("/ui/?key=%00", "/ui/?strategy=a%00", "/ui/search?q=a%00b", "/ui/search?q=x&k=101"):
+            assert http.get(path).status_code == 400, path
+        assert http.get("/search", params={"q": "a\x00b"}).status_code == 400  # the JSON path too
+        # a name rebound to 127.0.0.1 by another site reaches no page (the JSON paths and probes are not pages)
+        rebound = http.get("/ui/", headers={"Host": "attacker.example:80"})
+        assert rebound.status_code == 421 and "dockerfile-reference" not in rebound.text
+        assert http.get("/health", headers={"Host": "10.1.2.3:9464"}).status_code == 200
+        assert http.get("/ui/", headers={"Host": "localhost"}).status_code == 200
+        css = http.get("/ui/static/ui.css")
+        assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+
+
+def test_document_text_keeps_to_the_pages_policy(site: Site, page) -> None:
+    """No inline style (the CSP would drop it), no link resolving against the UI's own paths."""
+    doc_id = site.doc_id("postgresql-15-datatype-numeric.html")
+    page.goto(f"{site.url}/ui/documents/{doc_id}")
+    assert page.locator(".document table").count() > 0 and page.locator(".document [style]").count() == 0
+    assert page.locator(".document span.dead-link").count() > 0
+    hrefs = page.locator(".document a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
+    assert all(h.startswith(("/ui/chunks/", "http://", "https://", "mailto:")) for h in hrefs), hrefs
 
 
 def test_retry_requeues_the_failed_document_and_refuses_another_sites_form(site: Site, page) -> None:
     doc_id = site.doc_id("broken.pdf")
     attempts = site.one("SELECT attempts FROM connector.documents WHERE id = %s", doc_id)[0]
     # another site's form posting here is refused; the document stays failed
-    refused = httpx.post(f"{site.url}/ui/documents/{doc_id}/retry", data={"back": "/ui/"},
-                         headers={"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"})  # fmt: skip
-    assert refused.status_code == 403
+    url = f"{site.url}/ui/documents/{doc_id}/retry"
+    host = site.url.removeprefix("http://")
+    for headers in (
+        {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site", "Origin": f"http://{host}"},  # a sibling site: still not this page
+        {"Origin": "http://evil.example"},  # an older browser: no Sec-Fetch-Site
+        {"Origin": "null"},
+        {},  # neither header: not a page of ours
+    ):
+        assert httpx.post(url, data={"back": "/ui/"}, headers=headers).status_code == 403, headers
     assert site.one("SELECT status FROM connector.documents WHERE id = %s", doc_id)[0] == "failed"
 
     page.goto(site.url + "/ui/?status=failed")
@@ -312,9 +382,19 @@ def test_retry_requeues_the_failed_document_and_refuses_another_sites_form(site:
     # requeued with a fresh budget of tries: the sidecar claims it again (and it fails again: it is still broken)
     wait_for(lambda: site.one("SELECT attempts > %s AND status = 'failed' FROM connector.documents WHERE id = %s",
                               attempts, doc_id)[0], timeout=60, what="the document processed again")  # fmt: skip
+    # a form of this page's origin without Sec-Fetch-Site (an older browser) is accepted; where it leads stays here
+    again = httpx.post(url, data={"back": "//evil.example/x"}, headers={"Origin": f"http://{host}"})
+    assert again.status_code == 303 and again.headers["location"] == f"/ui/documents/{doc_id}?requeued={doc_id}"
+    wait_for(lambda: site.one("SELECT status = 'failed' AND attempts > %s + 1 FROM connector.documents WHERE id = %s",
+                              attempts, doc_id)[0], timeout=60, what="the document processed a third time")  # fmt: skip
+    back = httpx.post(url, data={"back": "/ui/documents/1?a=b#cuts"}, headers={"Sec-Fetch-Site": "same-origin"})
+    assert back.headers["location"] == f"/ui/documents/1?a=b&requeued={doc_id}#cuts"
     # retrying what is not failed says so
     done = site.doc_id("dockerfile-reference.md")
-    assert httpx.post(f"{site.url}/ui/documents/{done}/retry").status_code == 409
+    assert (
+        httpx.post(f"{site.url}/ui/documents/{done}/retry", headers={"Sec-Fetch-Site": "same-origin"}).status_code
+        == 409
+    )
 
 
 def test_the_ui_can_be_turned_off_leaving_the_json_paths(settings, migrated_dsn: str) -> None:

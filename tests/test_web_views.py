@@ -16,7 +16,7 @@ from connector.convert import convert
 from connector.coref.heuristic import HeuristicCoref
 from connector.db.browse import ChunkLine
 from connector.metrics.blocks import TOLERANCE, block_integrity
-from connector.metrics.breaks import breaks_of
+from connector.metrics.breaks import MAX_BREAKS, breaks_of
 from connector.metrics.references import references_completeness
 from connector.web.ui import views
 from tests.conftest import FIXTURES
@@ -57,9 +57,21 @@ def test_a_cut_through_a_table_is_marked_as_one() -> None:
     assert {"at": middle, "kind": "table", "count": 1} in found
     label = views.strip("x", False, len(doc.markdown), [0, middle, middle, len(doc.markdown)], found).marks
     assert any(m.css == "table" and "cuts a table" in m.label for m in label)
-    assert breaks_of(doc, chunks_at(doc.markdown, [table.start]), pairs) == [] or all(
-        b["kind"] != "table" for b in breaks_of(doc, chunks_at(doc.markdown, [table.start]), pairs)
-    ), "a cut at a table's edge breaks no table"
+    at_edge = breaks_of(doc, chunks_at(doc.markdown, [table.start]), pairs)
+    assert all(b["kind"] != "table" for b in at_edge), "a cut at a table's edge breaks no table"
+
+
+def test_more_breaks_than_kept_are_merged_along_the_document_keeping_the_total() -> None:
+    doc, pairs = _numeric()
+    chunks = chunks_at(doc.markdown, list(range(7, len(doc.markdown) - 1, 7)))
+    found = breaks_of(doc, chunks, pairs)
+    cuts = [c.start for c in chunks[1:]]
+    units = doc.units or doc.blocks
+    unit_cuts = sum(1 for u in units for c in cuts if u.start + TOLERANCE < c < u.end - TOLERANCE)
+    pair_cuts = round((1 - references_completeness(pairs, chunks)) * len(pairs))
+    assert len(found) == MAX_BREAKS and sum(b["count"] for b in found) == unit_cuts + pair_cuts
+    assert found[-1]["at"] > 0.9 * len(doc.markdown), "the marks reach the end of the document"
+    assert [b["at"] for b in found] == sorted(b["at"] for b in found)
 
 
 def _lines(spans: list[tuple[int, int]]) -> list[ChunkLine]:
@@ -79,13 +91,10 @@ def test_pieces_cover_the_document_once_in_order(data) -> None:
     pieces = views.pieces(text, _lines(spans))
     assert [p.ordinal for p in pieces if p.ordinal is not None] == list(range(len(spans))), "every chunk, in order"
     assert all(a.end <= b.start for a, b in zip(pieces, pieces[1:], strict=False)), "no text shown twice"
-    covered = "".join(text[p.start : p.end] for p in pieces)
-    shown = set()
-    for p in pieces:
-        shown.update(range(p.start, p.end))
-    hidden = "".join(ch for i, ch in enumerate(text) if i not in shown)
-    assert hidden.strip() == "", "what no piece shows is whitespace between chunks"
-    assert len(covered) + len(hidden) == n
+    shown = {i for p in pieces for i in range(p.start, p.end)}
+    assert all(text[i].isspace() for i in range(n) if i not in shown), "what no piece shows is whitespace"
+    gaps = [p for p in pieces if p.ordinal is None]
+    assert all(text[p.start : p.end].strip() for p in gaps), "a gap piece shows text, not just whitespace"
     own = [p for p in pieces if p.ordinal is not None]
     for i, (p, (s, e)) in enumerate(zip(own, spans, strict=True)):
         nxt = spans[i + 1][0] if i + 1 < len(spans) else n
@@ -93,9 +102,9 @@ def test_pieces_cover_the_document_once_in_order(data) -> None:
         assert p.overlap == (max(0, e - nxt) if i + 1 < len(spans) else 0)
 
 
-@given(st.text(max_size=200), st.lists(st.sampled_from(["flux", "a", "xj42", "<b>", "capacitor"]), max_size=4))
+@given(st.text(max_size=200), st.lists(st.sampled_from(["flux", "a", "xj42", "<b>", "&amp;", "a.b", "(x"]), max_size=4))
 def test_marked_words_keep_the_text_and_let_no_markup_through(text: str, words: list[str]) -> None:
-    out = str(views.highlight(text, views.query_words(" ".join(words))))
+    out = str(views.highlight(text, words))
     assert "<" not in re.sub(r"</?mark>", "", out), "only <mark> tags"
     assert html.unescape(re.sub(r"</?mark>", "", out)) == text
 
@@ -113,3 +122,13 @@ def test_markdown_renders_without_raw_html_scripts_or_images() -> None:
                                     "[j](javascript:alert(1))\n\n| a |\n|---|\n| <b>b</b> |\n"))  # fmt: skip
     assert "<script" not in out and "<img" not in out and "<b>" not in out and 'href="javascript' not in out
     assert "&lt;script&gt;x()&lt;/script&gt;" in out and "<table>" in out
+
+
+def test_rendered_links_and_tables_fit_the_pages_policy() -> None:
+    out = str(views.render_markdown("[rel](datatype.html) [abs](https://example.org/x) [frag](#top) "
+                                    "<mailto:a@example.org>\n\n| a | b |\n|:--|--:|\n| 1 | 2 |\n"))  # fmt: skip
+    assert '<span class="dead-link" title="datatype.html">rel</span>' in out, "a relative link would hit /ui/"
+    assert '<span class="dead-link" title="#top">frag</span>' in out
+    assert '<a href="https://example.org/x" rel="noopener noreferrer nofollow">abs</a>' in out
+    assert 'href="mailto:a@example.org"' in out
+    assert "style=" not in out and '<th class="align-left">a</th>' in out and '<td class="align-right">2</td>' in out

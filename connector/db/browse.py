@@ -4,6 +4,8 @@ cuts, one chunk with its place in the document, and the queue's rows. Read-only 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -193,11 +195,20 @@ RETURNING id, source_key
 """
 
 
+@contextlib.contextmanager
+def _snapshot(conn: psycopg.Connection) -> Iterator[None]:
+    """One read-only transaction that sees one commit: a page's several reads never mix a document's old chunks
+    with its new candidates while a worker writes it."""
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
 def documents(
     conn: psycopg.Connection, *, status: str | None, strategy: str | None, key: str | None, limit: int, offset: int
 ) -> DocumentPage:
     params = {"status": status, "strategy": strategy, "key": key, "limit": limit, "offset": offset}
-    with conn.transaction():
+    with _snapshot(conn):
         with conn.cursor(row_factory=class_row(DocumentLine)) as cur:
             lines = cur.execute(DOCUMENTS_PAGE, params).fetchall()
         total = conn.execute(DOCUMENTS_COUNT, params).fetchone()[0]
@@ -208,7 +219,7 @@ def documents(
 def document(conn: psycopg.Connection, document_id: int) -> tuple[DocumentView | None, list[ChunkLine], list]:
     """The document, its stored chunks in order, and its candidates: `(StoredCandidate, CandidateCuts)` pairs,
     best first (as `connector explain` lists them)."""
-    with conn.transaction():
+    with _snapshot(conn):
         with conn.cursor(row_factory=class_row(DocumentView)) as cur:
             doc = cur.execute(DOCUMENT_VIEW, (document_id,)).fetchone()
         if doc is None:
@@ -222,13 +233,19 @@ def document(conn: psycopg.Connection, document_id: int) -> tuple[DocumentView |
     return doc, chunks, [(s, cuts.get(s.strategy)) for s in scored]
 
 
-def chunk(conn: psycopg.Connection, chunk_id: int) -> ChunkView | None:
-    with conn.transaction(), conn.cursor(row_factory=class_row(ChunkView)) as cur:
-        return cur.execute(CHUNK_VIEW, (chunk_id,)).fetchone()
+def chunk(conn: psycopg.Connection, chunk_id: int) -> tuple[ChunkView | None, list[ChunkLine]]:
+    """The chunk, and every chunk of its document in order (where it sits)."""
+    with _snapshot(conn):
+        with conn.cursor(row_factory=class_row(ChunkView)) as cur:
+            found = cur.execute(CHUNK_VIEW, (chunk_id,)).fetchone()
+        if found is None:
+            return None, []
+        with conn.cursor(row_factory=class_row(ChunkLine)) as cur:
+            return found, cur.execute(CHUNKS_OF_DOCUMENT, (found.document_id,)).fetchall()
 
 
 def queue_rows(conn: psycopg.Connection, limit: int) -> list[QueueLine]:
-    with conn.transaction(), conn.cursor(row_factory=class_row(QueueLine)) as cur:
+    with _snapshot(conn), conn.cursor(row_factory=class_row(QueueLine)) as cur:
         return cur.execute(QUEUE_ROWS, (limit,)).fetchall()
 
 

@@ -107,6 +107,11 @@ class StatusReport:
     failures: list[Failure]
 
 
+def _spans(scored) -> list[int] | None:
+    """`candidates.spans`: NULL only for a strategy that failed or was skipped; one that ran and cut nothing: []."""
+    return None if scored.candidate.error else [x for c in scored.candidate.chunks for x in (c.start, c.end)]
+
+
 def _block_json(block: Block) -> dict:
     """The stored form of a block: enough to re-chunk and re-score without converting again."""
     return {"start": block.start, "end": block.end, "kind": block.kind, "page": block.page,
@@ -310,7 +315,7 @@ class Store:
                         "rc_backend": s.rc_backend,
                         "metric_ms": Jsonb({k: round(v, 3) for k, v in s.metric_ms.items()}),
                         "shape": Jsonb(s.shape),
-                        "spans": [x for c in s.candidate.chunks for x in (c.start, c.end)] or None,
+                        "spans": _spans(s),
                         "breaks": Jsonb(list(s.breaks)),
                     }
                     for row, _, outcome in items

@@ -15,7 +15,8 @@ from connector.metrics.blocks import TOLERANCE
 from connector.models import Block, Chunk, Document
 
 MAX_BREAKS = 500
-"""Marks kept per candidate: beyond these a strip is all marks anyway, and the row stays small."""
+"""Marks kept per candidate: beyond these a strip is all marks anyway, and the row stays small. More are merged
+along the document (`_thinned`), their counts summed, so the total stays exact and the marks stay spread out."""
 
 
 def breaks_of(document: Document, chunks: Sequence[Chunk], pairs: Sequence[Pair] | None) -> list[dict]:
@@ -41,8 +42,21 @@ def breaks_of(document: Document, chunks: Sequence[Chunk], pairs: Sequence[Pair]
         if i < len(cuts) and cuts[i] <= hi:  # RC counts a pair once, at the first cut that separates it
             key = (cuts[i], "reference")
             found[key] = found.get(key, 0) + 1
-    ordered = sorted(found.items())[:MAX_BREAKS]
-    return [{"at": at, "kind": kind, "count": n} for (at, kind), n in ordered]
+    ordered = [{"at": at, "kind": kind, "count": n} for (at, kind), n in sorted(found.items())]
+    return _thinned(ordered) if len(ordered) > MAX_BREAKS else ordered
+
+
+def _thinned(ordered: list[dict]) -> list[dict]:
+    """`MAX_BREAKS` marks out of more: consecutive runs of about equal length merged into their first mark, whose
+    kind is the run's most frequent one and whose count is the run's total."""
+    out = []
+    for i in range(MAX_BREAKS):
+        run = ordered[i * len(ordered) // MAX_BREAKS : (i + 1) * len(ordered) // MAX_BREAKS]
+        kinds: dict[str, int] = {}
+        for b in run:
+            kinds[b["kind"]] = kinds.get(b["kind"], 0) + b["count"]
+        out.append({"at": run[0]["at"], "kind": max(kinds, key=kinds.get), "count": sum(kinds.values())})
+    return out
 
 
 def _kind_at(blocks: Sequence[Block], starts: list[int], at: int) -> str:

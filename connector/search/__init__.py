@@ -40,6 +40,8 @@ def check_request(question: str, filter: dict) -> None:  # noqa: A002 - the SQL 
     `document_id` that is not an integer fails its cast there) or silently misread."""
     if len(question) > MAX_QUESTION_CHARS:
         raise ValueError(f"the question is {len(question)} characters long; the most is {MAX_QUESTION_CHARS}")
+    if _has_nul(question) or _has_nul(filter):  # Postgres text cannot hold one
+        raise ValueError("the question or filter holds a NUL character")
 
     def ids(v) -> bool:
         return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
@@ -54,6 +56,16 @@ def check_request(question: str, filter: dict) -> None:  # noqa: A002 - the SQL 
     for key, value in filter.items():
         if key in checks and not checks[key](value):
             raise ValueError(f"filter {key!r} cannot be {str(value)[:100]!r}: {FILTER_SHAPE}")
+
+
+def _has_nul(value) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def query_vector(embedder: Embedder, question: str):

@@ -29,6 +29,9 @@ from connector.web.searcher import Searcher
 
 log = logging.getLogger(__name__)
 
+UI_THREADS = 2
+"""Pages read and rendered at once (the others wait); searches and probes have their own threads."""
+
 _STARTUP_SECONDS = 10.0
 _SHUTDOWN_SECONDS = 5.0
 """How long requests still running at `stop()` may take before uvicorn cancels them."""
@@ -59,12 +62,15 @@ class HttpServer:
         self._address = self._socket.getsockname()  # still known once the socket is closed
         self._health_pool = ThreadPoolExecutor(2, thread_name_prefix="http-health")
         self._search_pool = ThreadPoolExecutor(POOL_SIZE, thread_name_prefix="http-search")
+        # The pages have their own threads: rendering a long document never delays a search or a probe.
+        self._ui_pool = ThreadPoolExecutor(UI_THREADS, thread_name_prefix="http-ui")
         extra = []
         if self.ui:
             from connector.web import ui
 
             weights = settings.weights if settings is not None else ScoringSettings()
-            extra = ui.routes(self._pool, self._searcher, weights, self._search_pool)
+            hosts = frozenset([host, *(settings.ui_hosts if settings is not None else ())])
+            extra = ui.routes(self._pool, self._searcher, weights, self._ui_pool, hosts)
         app = build_app(health, self._searcher, self._health_pool, self._search_pool, extra)
         config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="off",
                                 loop="asyncio", http="h11", ws="none", server_header=False,
@@ -99,6 +105,7 @@ class HttpServer:
             self._thread.join(timeout=_SHUTDOWN_SECONDS + 5)
         self._socket.close()
         self._search_pool.shutdown(wait=True, cancel_futures=True)
+        self._ui_pool.shutdown(wait=True, cancel_futures=True)
         self._health_pool.shutdown(wait=True, cancel_futures=True)
         self._pool.close()
         self._models.close()

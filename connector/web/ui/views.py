@@ -44,14 +44,47 @@ _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable([
 _markdown.disable("image")
 
 
-def _demote_headings(state) -> None:
-    """A document's `#` is the page's h3: the page keeps its own h1 and h2."""
+_ALIGN = re.compile(r"text-align:(left|right|center)")
+_ABSOLUTE = re.compile(r"(?i)^(https?:|mailto:)")
+
+
+def _page_safe(state) -> None:
+    """What the page's policy needs from the rendered document: a document's `#` is the page's h3 (the page keeps
+    its h1 and h2); a table cell's alignment is a class, not a `style` attribute (the CSP refuses inline styles);
+    a link that is not absolute (http, https, mailto) is shown as text, since it would resolve against the UI's
+    own paths; an absolute one opens without telling the other site where it came from."""
     for token in state.tokens:
         if token.type in ("heading_open", "heading_close"):
             token.tag = f"h{min(6, int(token.tag[1]) + 2)}"
+        elif token.type in ("th_open", "td_open") and (style := token.attrGet("style")):
+            del token.attrs["style"]
+            if m := _ALIGN.search(style):
+                token.attrSet("class", f"align-{m.group(1)}")
+        for child in token.children or ():
+            if child.type == "link_open":
+                href = child.attrGet("href") or ""
+                if _ABSOLUTE.match(href):
+                    child.attrSet("rel", "noopener noreferrer nofollow")
+                else:
+                    child.meta["dead"] = href
 
 
-_markdown.core.ruler.push("demote_headings", _demote_headings)
+def _link_open(self, tokens, idx, options, env) -> str:
+    token = tokens[idx]
+    if "dead" in token.meta:
+        env.setdefault("dead", []).append(True)
+        return f'<span class="dead-link" title="{escape(token.meta["dead"])}">'
+    env.setdefault("dead", []).append(False)
+    return self.renderToken(tokens, idx, options, env)
+
+
+def _link_close(self, tokens, idx, options, env) -> str:
+    return "</span>" if env.get("dead") and env["dead"].pop() else self.renderToken(tokens, idx, options, env)
+
+
+_markdown.core.ruler.push("page_safe", _page_safe)
+_markdown.add_render_rule("link_open", _link_open)
+_markdown.add_render_rule("link_close", _link_close)
 
 
 def render_markdown(text: str) -> Markup:
@@ -120,6 +153,7 @@ class Mark:
     x: float
     kind: str  # the break's kind: table, list, code, reference, heading+paragraph, …
     label: str
+    count: int = 1  # units cut or pairs separated at this cut (more when marks were merged: `metrics.breaks`)
 
     @property
     def css(self) -> str:
@@ -134,6 +168,10 @@ class Strip:
     marks: list[Mark]
     note: str | None = None  # why there is nothing to draw
 
+    @property
+    def breaks(self) -> int:
+        return sum(m.count for m in self.marks)
+
 
 def strip(name: str, chosen: bool, total: int, spans: list[int] | None, breaks: list[dict]) -> Strip:
     """One candidate's chunks as coloured segments along the document, and a mark at each cut that breaks a
@@ -147,7 +185,7 @@ def strip(name: str, chosen: bool, total: int, spans: list[int] | None, breaks: 
                 f"chunk {i + 1}: characters {s:,}–{e:,} ({e - s:,})")
         for i, (s, e) in enumerate(zip(spans[::2], spans[1::2], strict=True))
     ]  # fmt: skip
-    marks = [Mark(_x(b["at"], total), b["kind"], _break_label(b)) for b in breaks]
+    marks = [Mark(_x(b["at"], total), b["kind"], _break_label(b), b.get("count", 1)) for b in breaks]
     return Strip(name, chosen, segments, marks)
 
 
