@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 
 from connector.db.database import migrate
 from connector.db.store import Store
+from connector.web.ui import views
 from tests.conftest import FIXTURES, child_env, connector_cmd, wait_for
 from tests.test_search import TOPICS
 from tests.test_sidecar import SIDECAR_ENV
@@ -36,6 +37,7 @@ FOLDER = {
     "dockerfile-reference.md": (FIXTURES / "dockerfile-reference.md").read_bytes(),
     "postgresql-15-datatype-numeric.html": (FIXTURES / "postgresql-15-datatype-numeric.html").read_bytes(),
     "booktabs-p2.pdf": (FIXTURES / "booktabs-p2.pdf").read_bytes(),
+    "austen-northanger-abbey.txt": (FIXTURES / "austen-northanger-abbey.txt").read_bytes(),  # 433 K characters
     HOSTILE_NAME: HOSTILE.encode(),
     "broken.pdf": b"%PDF-1.4 this is not a PDF",
 }
@@ -185,9 +187,13 @@ def test_document_page_draws_the_candidates_their_cuts_and_the_stored_chunks(sit
     for name, count, _, spans, breaks in ran:
         row = page.locator(f".strip-row[data-strategy='{name}']")
         assert row.locator("svg rect").count() == count == len(spans) // 2, name
-        assert row.locator("polygon.break").count() == len(breaks), name
-        for kind in ("table", "list", "code", "reference"):
-            assert row.locator(f"polygon.break.{kind}").count() == sum(b["kind"] == kind for b in breaks), name
+        total = sum(b["count"] for b in breaks)
+        label = row.locator(".strip-name small").inner_text()
+        assert label == f"{count} chunks" + (f", {total} break{'s' if total != 1 else ''}" if total else ""), name
+        if len(breaks) <= views.MAX_MARKS:  # else merged along the strip (tested on a long document below)
+            assert row.locator("polygon.break").count() == len(breaks), name
+            for kind in ("table", "list", "code", "reference"):
+                assert row.locator(f"polygon.break.{kind}").count() == sum(b["kind"] == kind for b in breaks), name
     assert page.locator(".strip-row.chosen").get_attribute("data-strategy") == strategy
     assert sum(len(c[4]) for c in ran) > 0, "some strategy breaks something in a real manual"
 
@@ -203,6 +209,38 @@ def test_document_page_draws_the_candidates_their_cuts_and_the_stored_chunks(sit
     page.goto(f"{site.url}/ui/documents/{pdf}")
     assert page.locator("dl.meta dt", has_text="pages").count() == 1
     assert page.goto(f"{site.url}/ui/documents/999999").status == 404
+
+
+def test_a_long_document_is_shown_a_part_at_a_time_and_its_strips_stay_small(site: Site, page) -> None:
+    doc_id = site.doc_id("austen-northanger-abbey.txt")
+    stored = site.all("SELECT ordinal, start_char, end_char FROM connector.chunks WHERE document_id = %s "
+                      "ORDER BY ordinal", doc_id)  # fmt: skip
+    response = page.goto(f"{site.url}/ui/documents/{doc_id}")
+    assert len(response.body()) < 1_500_000, "the page of a 433 K character novel stays small"
+    parts = int(re.search(r"part 1 of (\d+)", page.locator("nav.parts").first.inner_text()).group(1))
+    sizes = [e - s for _, s, e in stored]
+    assert parts >= sum(sizes) // views.TEXT_PART_CHARS >= 2 and parts <= sum(sizes) // views.TEXT_PART_CHARS + 1
+    page.locator("nav.parts a[rel=next]").first.click()
+    page.wait_for_url(re.compile(r"\?part=2#text$"))
+    assert page.locator("nav.parts").first.inner_text().count("part 2 of") == 1
+    seen = []
+    for n in range(1, parts + 1):
+        page.goto(f"{site.url}/ui/documents/{doc_id}?part={n}")
+        seen += [int(i.removeprefix("chunk-")) for i in page.locator(".document section.piece[id]").evaluate_all(
+            "s => s.map(e => e.id)")]  # fmt: skip
+    assert seen == [o + 1 for o, _, _ in stored], "every chunk in exactly one part, in order"
+    assert page.locator("nav.parts a[rel=next]").count() == 0
+    # the stored chunks' strip sends each chunk to its part
+    last = page.locator("#text svg.strip a").last.get_attribute("href")
+    assert last == f"?part={parts}#chunk-{len(stored)}"
+    # a candidate with more chunks than a strip can show: segments merged, the label keeps the true counts
+    name, count, breaks = site.one(
+        "SELECT strategy, chunk_count, breaks FROM connector.candidates WHERE document_id = %s AND error IS NULL "
+        "ORDER BY chunk_count DESC LIMIT 1", doc_id)  # fmt: skip
+    row = page.locator(f".strip-row[data-strategy='{name}']")
+    assert row.locator("svg rect").count() == min(count, views.MAX_SEGMENTS)
+    assert row.locator("polygon.break").count() == min(len(breaks), views.MAX_MARKS)
+    assert row.locator(".strip-name small").inner_text().startswith(f"{count} chunks")
 
 
 def test_chunk_page_shows_its_place_and_walks_to_its_neighbours(site: Site, page) -> None:

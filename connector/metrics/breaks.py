@@ -16,7 +16,7 @@ from connector.models import Block, Chunk, Document
 
 MAX_BREAKS = 500
 """Marks kept per candidate: beyond these a strip is all marks anyway, and the row stays small. More are merged
-along the document (`_thinned`), their counts summed, so the total stays exact and the marks stay spread out."""
+along the document (`thinned`), their counts summed, so the total stays exact and the marks stay spread out."""
 
 
 def breaks_of(document: Document, chunks: Sequence[Chunk], pairs: Sequence[Pair] | None) -> list[dict]:
@@ -43,15 +43,17 @@ def breaks_of(document: Document, chunks: Sequence[Chunk], pairs: Sequence[Pair]
             key = (cuts[i], "reference")
             found[key] = found.get(key, 0) + 1
     ordered = [{"at": at, "kind": kind, "count": n} for (at, kind), n in sorted(found.items())]
-    return _thinned(ordered) if len(ordered) > MAX_BREAKS else ordered
+    return thinned(ordered, MAX_BREAKS)
 
 
-def _thinned(ordered: list[dict]) -> list[dict]:
-    """`MAX_BREAKS` marks out of more: consecutive runs of about equal length merged into their first mark, whose
-    kind is the run's most frequent one and whose count is the run's total."""
+def thinned(ordered: list[dict], limit: int) -> list[dict]:
+    """At most `limit` marks out of `ordered` ones: consecutive runs of about equal length merged into their first
+    mark, whose kind is the run's most frequent one and whose count is the run's total."""
+    if len(ordered) <= limit:
+        return ordered
     out = []
-    for i in range(MAX_BREAKS):
-        run = ordered[i * len(ordered) // MAX_BREAKS : (i + 1) * len(ordered) // MAX_BREAKS]
+    for i in range(limit):
+        run = ordered[i * len(ordered) // limit : (i + 1) * len(ordered) // limit]
         kinds: dict[str, int] = {}
         for b in run:
             kinds[b["kind"]] = kinds.get(b["kind"], 0) + b["count"]

@@ -134,10 +134,21 @@ def routes(
         strips = [views.strip(s.strategy, s.chosen, total, c.spans if c else None, c.breaks if c else [])
                   for s, c in candidates if s.error is None]  # fmt: skip
         requeued = _requeued(request.query_params.get("requeued"))
+        # The text a part at a time; the stored chunks' strip links each chunk into its part.
+        parts = views.text_parts(chunks)
+        part = min(_page_number(request.query_params.get("part")), max(1, len(parts)))
+        part_of = {chunks[i].ordinal: n for n, (a, b) in enumerate(parts, 1) for i in range(a, b + 1)}
+        if parts:
+            first, last = parts[part - 1]
+            begin = 0 if part == 1 else chunks[first].start_char
+            end = total if part == len(parts) else chunks[last + 1].start_char
+            shown = views.pieces(markdown, chunks[first : last + 1], begin, end)
+        else:
+            shown = views.pieces(markdown, []) if markdown else []
         return page(
             "document.html", nav="documents", title=doc.title or doc.source_key, doc=doc, chunks=chunks,
-            total=total, pieces=views.pieces(markdown, chunks) if markdown else [],
-            stored=views.chunk_strip(total, chunks, href=lambda c: f"#chunk-{c.ordinal + 1}"),
+            total=total, pieces=shown, part=part, parts=parts,
+            stored=views.chunk_strip(total, chunks, href=lambda c: f"?part={part_of[c.ordinal]}#chunk-{c.ordinal + 1}"),
             candidates=[(s, views.bars(s, weight_of)) for s in scored], strips=strips,
             why=why(scored, weight_of) if scored else [], metrics=views.METRIC_LABELS, weights=weight_of,
             requeued=requeued if requeued == doc.id else None,

@@ -16,9 +16,20 @@ from markdown_it import MarkdownIt
 from markupsafe import Markup, escape
 
 from connector.embedders.lexical import STOP_WORDS
+from connector.metrics.breaks import thinned
 
 COLOURS = 8
 """Chunk colours, cycled (`.c0` … `.c7` in ui.css): neighbours never share one."""
+
+MAX_SEGMENTS = 500
+"""Segments drawn per strip: past these, neighbouring chunks share one (a strip is ~1,000 pixels wide anyway)."""
+
+MAX_MARKS = 150
+"""Marks drawn per strip, merged along the document past these (`metrics.breaks.thinned`), counts summed."""
+
+TEXT_PART_CHARS = 150_000
+"""The document page renders its text a part at a time, parts of whole chunks of about this many characters:
+rendering a 2 MB manual at once holds the interpreter (and so every other request) for a second."""
 
 RENDER_MAX_CHARS = 1_000_000
 """A longer document is shown as preformatted text, with the same boundaries: rendering megabytes of Markdown
@@ -108,12 +119,14 @@ class Piece:
         return "gap" if self.ordinal is None else f"c{self.ordinal % COLOURS}"
 
 
-def pieces(markdown: str, chunks: list) -> list[Piece]:
-    """`chunks`: `ChunkLine`s in order. A piece runs from a chunk's start to the next chunk's start (or its own end);
-    text between two chunks that is more than whitespace, and text before the first or after the last, is a gap."""
+def pieces(markdown: str, chunks: list, begin: int = 0, end: int | None = None) -> list[Piece]:
+    """`chunks`: `ChunkLine`s in order, the document's or one part's (then `begin` and `end` bound the part's text).
+    A piece runs from a chunk's start to the next chunk's start (or its own end); text between two chunks that is
+    more than whitespace, and text before the first or after the last, is a gap."""
     render = render_markdown if len(markdown) <= RENDER_MAX_CHARS else _preformatted
+    stop_at = len(markdown) if end is None else end
     out: list[Piece] = []
-    at = 0
+    at = begin
     for i, c in enumerate(chunks):
         start, end = max(c.start_char, at), c.end_char
         if start > at:
@@ -124,8 +137,8 @@ def pieces(markdown: str, chunks: list) -> list[Piece]:
         overlap = max(0, end - nxt) if nxt is not None else 0
         out.append(Piece(start, stop, render(markdown[start:stop]), c.ordinal, c.id, c.token_count, overlap))
         at = max(at, stop)
-    if at < len(markdown):
-        _gap(out, markdown, at, len(markdown), render)
+    if at < stop_at:
+        _gap(out, markdown, at, stop_at, render)
     return out
 
 
@@ -167,6 +180,7 @@ class Strip:
     segments: list[Segment]
     marks: list[Mark]
     note: str | None = None  # why there is nothing to draw
+    chunks: int = 0  # what the segments stand for (more than one chunk each past `MAX_SEGMENTS`)
 
     @property
     def breaks(self) -> int:
@@ -180,13 +194,23 @@ def strip(name: str, chosen: bool, total: int, spans: list[int] | None, breaks: 
         return Strip(name, chosen, [], [], "cuts not recorded (scored before this version, or the strategy failed)")
     if not total or not spans:
         return Strip(name, chosen, [], [], "no chunks")
-    segments = [
-        Segment(_x(s, total), max(_x(e, total) - _x(s, total), 0.4), f"c{i % COLOURS}",
-                f"chunk {i + 1}: characters {s:,}–{e:,} ({e - s:,})")
-        for i, (s, e) in enumerate(zip(spans[::2], spans[1::2], strict=True))
-    ]  # fmt: skip
-    marks = [Mark(_x(b["at"], total), b["kind"], _break_label(b), b.get("count", 1)) for b in breaks]
-    return Strip(name, chosen, segments, marks)
+    pairs = list(zip(spans[::2], spans[1::2], strict=True))
+    segments = []
+    for g, (first, last) in enumerate(_groups(len(pairs), MAX_SEGMENTS)):
+        s, e = pairs[first][0], pairs[last][1]
+        label = (f"chunk {first + 1}: characters {s:,}–{e:,} ({e - s:,})" if first == last
+                 else f"chunks {first + 1}–{last + 1}: characters {s:,}–{e:,}")  # fmt: skip
+        segments.append(Segment(_x(s, total), max(_x(e, total) - _x(s, total), 0.4), f"c{g % COLOURS}", label))
+    marks = [Mark(_x(b["at"], total), b["kind"], _break_label(b), b.get("count", 1))
+             for b in thinned(breaks, MAX_MARKS)]  # fmt: skip
+    return Strip(name, chosen, segments, marks, chunks=len(pairs))
+
+
+def _groups(n: int, limit: int) -> list[tuple[int, int]]:
+    """`n` items as at most `limit` consecutive runs of about equal length: (first, last) indices."""
+    if n <= limit:
+        return [(i, i) for i in range(n)]
+    return [(i * n // limit, (i + 1) * n // limit - 1) for i in range(limit)]
 
 
 def chunk_strip(total: int, chunks: list, current_id: int | None = None, href=None) -> Strip:
@@ -198,7 +222,19 @@ def chunk_strip(total: int, chunks: list, current_id: int | None = None, href=No
                 href(c) if href else None, c.id == current_id)
         for c in chunks
     ]  # fmt: skip
-    return Strip("stored chunks", True, segments, [])
+    return Strip("stored chunks", True, segments, [], chunks=len(chunks))
+
+
+def text_parts(chunks: list) -> list[tuple[int, int]]:
+    """The document page's parts: (first, last) chunk indices, whole chunks of about `TEXT_PART_CHARS`."""
+    parts: list[tuple[int, int]] = []
+    first, size = 0, 0
+    for i, c in enumerate(chunks):
+        size += c.end_char - c.start_char
+        if size >= TEXT_PART_CHARS or i == len(chunks) - 1:
+            parts.append((first, i))
+            first, size = i + 1, 0
+    return parts
 
 
 def _x(offset: int, total: int) -> float:
@@ -207,6 +243,12 @@ def _x(offset: int, total: int) -> float:
 
 def _break_label(b: dict) -> str:
     kind, n, at = b["kind"], b.get("count", 1), b["at"]
+    if n > 1 and kind != "reference":  # marks merged: a cut lies in one unit only
+        return f"{n} breaks from character {at:,} on, most of them {_what(kind, 1)}"
+    return f"cut at character {at:,} {_what(kind, n)}"
+
+
+def _what(kind: str, n: int) -> str:
     if kind == "reference":
         what = f"separates {n} pronoun{'s' if n != 1 else ''} from what {'they refer' if n != 1 else 'it refers'} to"
     elif kind in BREAK_LABELS:
@@ -216,7 +258,7 @@ def _break_label(b: dict) -> str:
         what = f"cuts a {first} from the {second} bound to it"
     else:
         what = f"cuts a {kind}"
-    return f"cut at character {at:,} {what}"
+    return what
 
 
 @dataclass(frozen=True, slots=True)
