@@ -164,10 +164,14 @@ def test_search_answers_503_while_the_database_is_down(migrated_dsn: str, start_
             assert password not in r.text
         health = http.get("/health")
         assert health.status_code == 503 and password not in health.text
+        page = http.get("/ui/")  # the web UI's pages say the same, as a page
+        assert page.status_code == 503 and "database unreachable: " in page.text and password not in page.text
+        assert page.headers["content-type"].startswith("text/html")
 
         proxy.up = True  # back: the dead connection is dropped at the next search, a new one opened
         wait_for(lambda: http.get("/search", params={"q": "anything"}).status_code == 200, timeout=30,
                  what="/search answering again")  # fmt: skip
+        assert http.get("/ui/queue").status_code == 200
         http.close()
         assert password not in _stop(proc)
     finally:
