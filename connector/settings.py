@@ -294,15 +294,15 @@ class Settings(BaseSettings):
     )
     http_host: str = Field("127.0.0.1", description="Address of the HTTP server (/health, /metrics, /search).")
     http_ui: bool = Field(True, description="Serve the web UI at /ui/ on the HTTP port (false: the JSON paths only).")
-    http_ui_hosts: str = Field(
+    http_allowed_hosts: str = Field(
         "",
-        description="Host names (comma-separated) the web UI answers to besides http_host and localhost: a "
-        "proxy's or the machine's name; '*': any.",
+        description="Host names (comma-separated) the web UI and /search answer to besides http_host and "
+        "localhost: a proxy's, a Kubernetes service's, the machine's name; '*': any.",
     )
 
     @property
-    def ui_hosts(self) -> frozenset[str]:
-        return frozenset(h.strip() for h in self.http_ui_hosts.split(",") if h.strip())
+    def allowed_hosts(self) -> tuple[str, ...]:
+        return tuple(h.strip() for h in self.http_allowed_hosts.split(",") if h.strip())
 
     log_format: Literal["text", "json"] = Field("text", description="text, or json: one object per line.")
 

@@ -132,3 +132,45 @@ def test_rendered_links_and_tables_fit_the_pages_policy() -> None:
     assert '<a href="https://example.org/x" rel="noopener noreferrer nofollow">abs</a>' in out
     assert 'href="mailto:a@example.org"' in out
     assert "style=" not in out and '<th class="align-left">a</th>' in out and '<td class="align-right">2</td>' in out
+
+
+@examples(max_examples=60, deadline=None)
+@given(st.data())
+def test_a_document_in_parts_shows_what_it_shows_whole(data) -> None:
+    """The document page's parts, put end to end, are the pieces of the whole document (overlaps included)."""
+    text = data.draw(st.text(alphabet="ab \n#", min_size=50, max_size=400))
+    n = len(text)
+    starts = sorted(data.draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=15, unique=True)))
+    spans = [(s, data.draw(st.integers(s + 1, min(n, (starts[i + 1] if i + 1 < len(starts) else n) + 15))))
+             for i, s in enumerate(starts)]  # fmt: skip
+    chunks = _lines(spans)
+    whole = [(p.start, p.end, p.ordinal, p.overlap) for p in views.pieces(text, chunks)]
+    limit = data.draw(st.integers(1, n))
+    original, views.TEXT_PART_CHARS = views.TEXT_PART_CHARS, limit
+    try:
+        parts = views.text_parts(chunks)
+    finally:
+        views.TEXT_PART_CHARS = original
+    assert [i for a, b in parts for i in range(a, b + 1)] == list(range(len(chunks))), "each chunk in one part"
+    joined = []
+    for number, (a, b) in enumerate(parts, 1):  # as the document page cuts them
+        begin = 0 if number == 1 else chunks[a].start_char
+        later = chunks[b + 1].start_char if number < len(parts) else None
+        shown = views.pieces(text, chunks[a : b + 1], begin, n if later is None else later, later)
+        joined += [(p.start, p.end, p.ordinal, p.overlap) for p in shown]
+    assert joined == whole
+
+
+def test_strips_merge_past_their_limits_and_keep_the_totals() -> None:
+    spans = [x for i in range(1200) for x in (i * 10, i * 10 + 10)]
+    breaks = [{"at": i * 10, "kind": "table" if i % 3 else "reference", "count": 1 + i % 2} for i in range(1, 900)]
+    s = views.strip("many", False, 12_000, spans, breaks)
+    assert len(s.segments) == views.MAX_SEGMENTS and s.chunks == 1200
+    assert len(s.marks) == views.MAX_MARKS and s.breaks == sum(b["count"] for b in breaks)
+    assert all("breaks from character" in m.label for m in s.marks), "a merged mark says so"
+    assert s.segments[0].label == "chunks 1–2: characters 0–20" and s.segments[-1].label.endswith("–12,000")
+    lines = _lines([(i * 10, i * 10 + 10) for i in range(1200)])
+    stored = views.chunk_strip(12_000, lines, current_id=lines[777].id, href=lambda c: f"#{c.ordinal}")
+    assert len(stored.segments) == views.MAX_SEGMENTS and [g.current for g in stored.segments].count(True) == 1
+    one = views.strip("one", False, 100, [0, 50, 50, 100], [{"at": 50, "kind": "reference", "count": 2}])
+    assert one.marks[0].label == "cut at character 50 separates 2 pronouns from what they refer to"

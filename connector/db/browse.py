@@ -196,9 +196,13 @@ RETURNING id, source_key
 
 
 @contextlib.contextmanager
-def _snapshot(conn: psycopg.Connection) -> Iterator[None]:
+def snapshot(conn: psycopg.Connection) -> Iterator[None]:
     """One read-only transaction that sees one commit: a page's several reads never mix a document's old chunks
-    with its new candidates while a worker writes it."""
+    with its new candidates while a worker writes it. Transactions opened inside it are savepoints of it."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:  # inside one already: its snapshot
+        with conn.transaction():
+            yield
+        return
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         yield
@@ -208,7 +212,7 @@ def documents(
     conn: psycopg.Connection, *, status: str | None, strategy: str | None, key: str | None, limit: int, offset: int
 ) -> DocumentPage:
     params = {"status": status, "strategy": strategy, "key": key, "limit": limit, "offset": offset}
-    with _snapshot(conn):
+    with snapshot(conn):
         with conn.cursor(row_factory=class_row(DocumentLine)) as cur:
             lines = cur.execute(DOCUMENTS_PAGE, params).fetchall()
         total = conn.execute(DOCUMENTS_COUNT, params).fetchone()[0]
@@ -219,7 +223,7 @@ def documents(
 def document(conn: psycopg.Connection, document_id: int) -> tuple[DocumentView | None, list[ChunkLine], list]:
     """The document, its stored chunks in order, and its candidates: `(StoredCandidate, CandidateCuts)` pairs,
     best first (as `connector explain` lists them)."""
-    with _snapshot(conn):
+    with snapshot(conn):
         with conn.cursor(row_factory=class_row(DocumentView)) as cur:
             doc = cur.execute(DOCUMENT_VIEW, (document_id,)).fetchone()
         if doc is None:
@@ -235,7 +239,7 @@ def document(conn: psycopg.Connection, document_id: int) -> tuple[DocumentView |
 
 def chunk(conn: psycopg.Connection, chunk_id: int) -> tuple[ChunkView | None, list[ChunkLine]]:
     """The chunk, and every chunk of its document in order (where it sits)."""
-    with _snapshot(conn):
+    with snapshot(conn):
         with conn.cursor(row_factory=class_row(ChunkView)) as cur:
             found = cur.execute(CHUNK_VIEW, (chunk_id,)).fetchone()
         if found is None:
@@ -245,7 +249,7 @@ def chunk(conn: psycopg.Connection, chunk_id: int) -> tuple[ChunkView | None, li
 
 
 def queue_rows(conn: psycopg.Connection, limit: int) -> list[QueueLine]:
-    with _snapshot(conn), conn.cursor(row_factory=class_row(QueueLine)) as cur:
+    with snapshot(conn), conn.cursor(row_factory=class_row(QueueLine)) as cur:
         return cur.execute(QUEUE_ROWS, (limit,)).fetchall()
 
 

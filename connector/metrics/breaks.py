@@ -48,7 +48,7 @@ def breaks_of(document: Document, chunks: Sequence[Chunk], pairs: Sequence[Pair]
 
 def thinned(ordered: list[dict], limit: int) -> list[dict]:
     """At most `limit` marks out of `ordered` ones: consecutive runs of about equal length merged into their first
-    mark, whose kind is the run's most frequent one and whose count is the run's total."""
+    mark, whose kind is the run's most frequent one, whose count is the run's total, and which says `merged`."""
     if len(ordered) <= limit:
         return ordered
     out = []
@@ -57,7 +57,8 @@ def thinned(ordered: list[dict], limit: int) -> list[dict]:
         kinds: dict[str, int] = {}
         for b in run:
             kinds[b["kind"]] = kinds.get(b["kind"], 0) + b["count"]
-        out.append({"at": run[0]["at"], "kind": max(kinds, key=kinds.get), "count": sum(kinds.values())})
+        merged = {"at": run[0]["at"], "kind": max(kinds, key=kinds.get), "count": sum(kinds.values())}
+        out.append(merged | {"merged": True} if len(run) > 1 or run[0].get("merged") else merged)
     return out
 
 

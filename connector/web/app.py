@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 
 from prometheus_client import CONTENT_TYPE_LATEST
+from psycopg.errors import QueryCanceled
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -21,8 +22,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from connector import observe
+from connector.errors import TransientError
 from connector.secrets import one_line
 from connector.web import query
+from connector.web.hosts import AllowedHosts
 from connector.web.pool import DatabaseUnavailable
 from connector.web.searcher import Searcher
 
@@ -44,9 +47,14 @@ async def _body(request: Request) -> bytes:
 
 
 def build_app(
-    health: observe.Health, searcher: Searcher, health_pool: Executor, search_pool: Executor, extra: list[BaseRoute]
+    health: observe.Health,
+    searcher: Searcher,
+    health_pool: Executor,
+    search_pool: Executor,
+    extra: list[BaseRoute],
+    hosts: AllowedHosts,
 ) -> Starlette:
-    """The JSON endpoints, and `extra` routes (the web UI's, when it is on)."""
+    """The JSON endpoints, and `extra` routes (the web UI's, when it is on). `/search` answers `hosts` only."""
 
     async def blocking(pool: Executor, fn: Callable, *args):
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
@@ -60,6 +68,8 @@ def build_app(
         return Response(observe.prometheus(), media_type=CONTENT_TYPE_LATEST)
 
     async def search_endpoint(request: Request) -> Response:
+        if not hosts.admit(request):
+            return _error(421, "this server answers to its own host names only (CONNECTOR_HTTP_ALLOWED_HOSTS)")
         try:
             if request.method == "POST":
                 wanted = query.from_body(await _body(request))
@@ -70,6 +80,8 @@ def build_app(
             return _error(400, str(exc))
         except DatabaseUnavailable as exc:
             return _error(503, str(exc))
+        except (TransientError, QueryCanceled) as exc:  # the endpoint or the database gave up: try again later
+            return _error(503, f"search failed for now: {one_line(str(exc))[:500]}")
         except Exception as exc:  # a bug, or the database refusing the query: said in one line, never a secret
             log.exception("search failed")
             return _error(500, f"search failed: {type(exc).__name__}: {one_line(str(exc))[:500]}")

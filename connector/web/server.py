@@ -24,6 +24,7 @@ from connector.errors import FatalError
 from connector.search.models import ActiveModel
 from connector.settings import ScoringSettings, Settings
 from connector.web.app import PATHS, build_app
+from connector.web.hosts import AllowedHosts
 from connector.web.pool import POOL_SIZE, DatabasePool
 from connector.web.searcher import Searcher
 
@@ -64,14 +65,14 @@ class HttpServer:
         self._search_pool = ThreadPoolExecutor(POOL_SIZE, thread_name_prefix="http-search")
         # The pages have their own threads: rendering a long document never delays a search or a probe.
         self._ui_pool = ThreadPoolExecutor(UI_THREADS, thread_name_prefix="http-ui")
+        hosts = AllowedHosts([host, *(settings.allowed_hosts if settings is not None else ())])
         extra = []
         if self.ui:
             from connector.web import ui
 
             weights = settings.weights if settings is not None else ScoringSettings()
-            hosts = frozenset([host, *(settings.ui_hosts if settings is not None else ())])
             extra = ui.routes(self._pool, self._searcher, weights, self._ui_pool, hosts)
-        app = build_app(health, self._searcher, self._health_pool, self._search_pool, extra)
+        app = build_app(health, self._searcher, self._health_pool, self._search_pool, extra, hosts)
         config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="off",
                                 loop="asyncio", http="h11", ws="none", server_header=False,
                                 timeout_graceful_shutdown=_SHUTDOWN_SECONDS)  # fmt: skip

@@ -5,8 +5,8 @@ forbids every script, so a document holding `<script>` can only ever be text.
 Read-only but for the retry button, a same-origin form POST doing what `connector retry ID` does. Every page reads
 the database only, through the server's connection pool, and is read and rendered on the UI's own thread pool (a
 long document's Markdown takes a while): the event loop and the JSON paths never wait for a page. Pages answer only
-to the host names of this machine (`CONNECTOR_HTTP_HOST`, localhost, and `CONNECTOR_HTTP_UI_HOSTS`), so that a
-web page on another site cannot read them through a DNS name rebound to 127.0.0.1.
+to the host names of this machine (`connector.web.hosts`), so that a web page on another site cannot read them
+through a DNS name rebound to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -18,17 +18,20 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 
 from jinja2 import Environment, PackageLoader
-from starlette.requests import Request
+from psycopg.errors import QueryCanceled
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from connector.db import browse
 from connector.db.store import Store
+from connector.errors import TransientError
 from connector.reports import why
 from connector.secrets import one_line
 from connector.settings import ScoringSettings
 from connector.web import query
+from connector.web.hosts import AllowedHosts
 from connector.web.pool import DatabasePool, DatabaseUnavailable
 from connector.web.searcher import Searcher
 from connector.web.ui import views
@@ -47,7 +50,6 @@ MAX_SEARCH_K = 100
 """The most hits the search page shows (the JSON `/search` allows more): each is rendered with its passage."""
 
 MAX_FORM_BYTES = 4096
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 HEADERS = {
     # No script may run, whatever a document holds; styles and images only from this server.
@@ -72,11 +74,10 @@ class _Refused(Exception):
 
 
 def routes(
-    pool: DatabasePool, searcher: Searcher, weights: ScoringSettings, executor: Executor, hosts: frozenset[str]
+    pool: DatabasePool, searcher: Searcher, weights: ScoringSettings, executor: Executor, hosts: AllowedHosts
 ) -> list[BaseRoute]:
-    """`hosts`: the host names (no port) the pages answer to besides `LOCAL_HOSTS`; `"*"` among them: any."""
+    """`hosts`: the host names the pages answer to (`connector.web.hosts`)."""
     weight_of = weights.as_dict()
-    allowed = frozenset(h.lower().strip("[]") for h in (*LOCAL_HOSTS, *hosts))
 
     def page(template: str, code: int = 200, **context) -> HTMLResponse:
         html = _env.get_template(template).render(**context)
@@ -86,16 +87,19 @@ def routes(
         """A page: the host checked, then read and rendered on the UI's pool; failures as pages saying why."""
 
         async def endpoint(request: Request) -> Response:
-            if "*" not in allowed and _host_name(request) not in allowed:
+            if not hosts.admit(request):
                 return page("error.html", 421, title="Unknown host",
                             message="this server's pages answer to its own host names only "
-                            "(CONNECTOR_HTTP_UI_HOSTS adds others)")  # fmt: skip
+                            "(CONNECTOR_HTTP_ALLOWED_HOSTS adds others)")  # fmt: skip
             try:
                 return await asyncio.get_running_loop().run_in_executor(executor, build, request)
             except _Refused as exc:
                 return page("error.html", exc.code, title=exc.title, message=exc.message)
             except DatabaseUnavailable as exc:
                 return page("error.html", 503, title="Database unavailable", message=str(exc))
+            except (TransientError, QueryCanceled) as exc:  # the embedding endpoint or the database gave up for now
+                return page("error.html", 503, title=f"{what} failed for now, try again",
+                            message=one_line(str(exc))[:500])  # fmt: skip
             except Exception as exc:
                 log.exception("%s failed", what)
                 return page("error.html", 500, title=f"{what} failed",
@@ -135,20 +139,24 @@ def routes(
                   for s, c in candidates if s.error is None]  # fmt: skip
         requeued = _requeued(request.query_params.get("requeued"))
         # The text a part at a time; the stored chunks' strip links each chunk into its part.
-        parts = views.text_parts(chunks)
+        parts = views.text_parts(chunks) if markdown else []
         part = min(_page_number(request.query_params.get("part")), max(1, len(parts)))
         part_of = {chunks[i].ordinal: n for n, (a, b) in enumerate(parts, 1) for i in range(a, b + 1)}
         if parts:
             first, last = parts[part - 1]
             begin = 0 if part == 1 else chunks[first].start_char
-            end = total if part == len(parts) else chunks[last + 1].start_char
-            shown = views.pieces(markdown, chunks[first : last + 1], begin, end)
-        else:
-            shown = views.pieces(markdown, []) if markdown else []
+            later = chunks[last + 1].start_char if part < len(parts) else None  # where the next part starts
+            shown = views.pieces(markdown, chunks[first : last + 1], begin, total if later is None else later, later)
+        else:  # no chunks (yet): the start of the text
+            shown = views.pieces(markdown, [], 0, min(total, views.TEXT_PART_CHARS)) if markdown else []
+
+        def into_part(c) -> str:
+            return f"?part={part_of.get(c.ordinal, 1)}#chunk-{c.ordinal + 1}"
+
         return page(
             "document.html", nav="documents", title=doc.title or doc.source_key, doc=doc, chunks=chunks,
             total=total, pieces=shown, part=part, parts=parts,
-            stored=views.chunk_strip(total, chunks, href=lambda c: f"?part={part_of[c.ordinal]}#chunk-{c.ordinal + 1}"),
+            stored=views.chunk_strip(total, chunks, href=into_part),
             candidates=[(s, views.bars(s, weight_of)) for s in scored], strips=strips,
             why=why(scored, weight_of) if scored else [], metrics=views.METRIC_LABELS, weights=weight_of,
             requeued=requeued if requeued == doc.id else None,
@@ -186,7 +194,7 @@ def routes(
                     around=views.around)  # fmt: skip
 
     def queue_page(_request: Request) -> Response:
-        with pool.connection() as conn:
+        with pool.connection() as conn, browse.snapshot(conn):  # one moment's counts, rows and report
             store = Store(conn)
             depth, rows, report = store.queue_depth(), browse.queue_rows(conn, QUEUE_ROWS), store.strategy_report()
         strategies = [r for r in report if r.strategy != "adaptive"]
@@ -214,7 +222,10 @@ def routes(
     retry_page = served(retry_action, "retry")
 
     async def retry_endpoint(request: Request) -> Response:
-        request.state.form = await _form(request)  # read on the loop: the pool thread only sees the fields
+        try:
+            request.state.form = await _form(request)  # read on the loop: the pool thread only sees the fields
+        except ClientDisconnect:
+            return Response(status_code=400)
         return await retry_page(request)
 
     async def home(_request: Request) -> Response:
@@ -249,13 +260,6 @@ def _requeued(raw: str | None) -> int | None:
 def _no_nul(values) -> None:
     if any("\x00" in v for v in values):
         raise _Refused(400, "Bad filter", "a parameter holds a NUL character")
-
-
-def _host_name(request: Request) -> str:
-    host = request.headers.get("host", "")
-    if host.startswith("["):  # [::1]:9464
-        return host[1:].partition("]")[0].lower()
-    return host.rpartition(":")[0].lower() if host.count(":") == 1 else host.lower()
 
 
 def _same_origin(request: Request) -> bool:

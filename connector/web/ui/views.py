@@ -119,19 +119,22 @@ class Piece:
         return "gap" if self.ordinal is None else f"c{self.ordinal % COLOURS}"
 
 
-def pieces(markdown: str, chunks: list, begin: int = 0, end: int | None = None) -> list[Piece]:
-    """`chunks`: `ChunkLine`s in order, the document's or one part's (then `begin` and `end` bound the part's text).
-    A piece runs from a chunk's start to the next chunk's start (or its own end); text between two chunks that is
-    more than whitespace, and text before the first or after the last, is a gap."""
-    render = render_markdown if len(markdown) <= RENDER_MAX_CHARS else _preformatted
+def pieces(
+    markdown: str, chunks: list, begin: int = 0, end: int | None = None, next_start: int | None = None
+) -> list[Piece]:
+    """`chunks`: `ChunkLine`s in order, the document's or one part's (then `begin` and `end` bound the part's text,
+    and `next_start` is where the next part's first chunk starts). A piece runs from a chunk's start to the next
+    chunk's start (or its own end); text between two chunks that is more than whitespace, and text before the
+    first or after the last, is a gap."""
     stop_at = len(markdown) if end is None else end
+    render = render_markdown if stop_at - begin <= RENDER_MAX_CHARS else _preformatted
     out: list[Piece] = []
     at = begin
     for i, c in enumerate(chunks):
         start, end = max(c.start_char, at), c.end_char
         if start > at:
             _gap(out, markdown, at, start, render)
-        nxt = chunks[i + 1].start_char if i + 1 < len(chunks) else None
+        nxt = chunks[i + 1].start_char if i + 1 < len(chunks) else next_start
         stop = min(end, nxt) if nxt is not None and nxt > start else end
         stop = max(stop, start)
         overlap = max(0, end - nxt) if nxt is not None else 0
@@ -214,14 +217,18 @@ def _groups(n: int, limit: int) -> list[tuple[int, int]]:
 
 
 def chunk_strip(total: int, chunks: list, current_id: int | None = None, href=None) -> Strip:
-    """The stored chunks along the document (linked to their pages), one of them marked as the current one."""
-    segments = [
-        Segment(_x(c.start_char, total), max(_x(c.end_char, total) - _x(c.start_char, total), 0.4),
-                f"c{c.ordinal % COLOURS}",
-                f"chunk {c.ordinal + 1}: characters {c.start_char:,}–{c.end_char:,}, {c.token_count} tokens",
-                href(c) if href else None, c.id == current_id)
-        for c in chunks
-    ]  # fmt: skip
+    """The stored chunks along the document (linked to their pages), one of them marked as the current one; past
+    `MAX_SEGMENTS`, neighbours share a segment (linked to the first of them)."""
+    segments = []
+    for g, (first, last) in enumerate(_groups(len(chunks), MAX_SEGMENTS)):
+        a, b = chunks[first], chunks[last]
+        label = (f"chunk {a.ordinal + 1}: characters {a.start_char:,}–{a.end_char:,}, {a.token_count} tokens"
+                 if first == last else
+                 f"chunks {a.ordinal + 1}–{b.ordinal + 1}: characters {a.start_char:,}–{b.end_char:,}")  # fmt: skip
+        current = any(c.id == current_id for c in chunks[first : last + 1])
+        segments.append(Segment(_x(a.start_char, total), max(_x(b.end_char, total) - _x(a.start_char, total), 0.4),
+                                f"c{(a.ordinal if first == last else g) % COLOURS}", label,
+                                href(a) if href else None, current))  # fmt: skip
     return Strip("stored chunks", True, segments, [], chunks=len(chunks))
 
 
@@ -243,8 +250,8 @@ def _x(offset: int, total: int) -> float:
 
 def _break_label(b: dict) -> str:
     kind, n, at = b["kind"], b.get("count", 1), b["at"]
-    if n > 1 and kind != "reference":  # marks merged: a cut lies in one unit only
-        return f"{n} breaks from character {at:,} on, most of them {_what(kind, 1)}"
+    if b.get("merged"):  # neighbouring marks drawn as one (`metrics.breaks.thinned`)
+        return f"{n} breaks from character {at:,} on, most of them: {_what(kind, 1)}"
     return f"cut at character {at:,} {_what(kind, n)}"
 
 
