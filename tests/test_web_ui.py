@@ -120,12 +120,15 @@ def page(browser, request):
     tab = context.new_page()
     tab.dialogs = []
     tab.on("dialog", lambda d: (tab.dialogs.append(d.message), d.dismiss()))
+    refused = []  # what the CSP blocked (an inline style, a script): a page that relies on what its policy forbids
+    tab.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
     try:
         yield tab
     finally:
         dialogs = tab.dialogs
         context.close()
         assert dialogs == [], f"script ran in the page: alert({dialogs})"
+        assert refused == [], f"the page's policy refused: {refused[:3]}"
 
 
 def test_documents_page_lists_filters_and_shows_failures_with_their_reason(site: Site, page) -> None:
@@ -388,6 +391,8 @@ def test_pages_refuse_what_they_cannot_show_and_other_hosts(site: Site) -> None:
             assert http.get("/search", params={"q": "x"}, headers={"Host": name}).status_code == 200, name
         css = http.get("/ui/static/ui.css")
         assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+        icon = http.get("/ui/static/favicon.svg")  # linked from every page: the browser asks for none elsewhere
+        assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
 
 
 def test_document_text_keeps_to_the_pages_policy(site: Site, page) -> None:
