@@ -74,6 +74,14 @@ def test_more_breaks_than_kept_are_merged_along_the_document_keeping_the_total()
     assert [b["at"] for b in found] == sorted(b["at"] for b in found)
 
 
+def _draw_spans(data, n: int, least: int, most: int, past: int) -> list[tuple[int, int]]:
+    """Chunks of an `n`-character text in order of their starts; each may overlap the next one by up to `past`
+    characters, or stop short of it."""
+    starts = sorted(data.draw(st.lists(st.integers(0, n - 1), min_size=least, max_size=most, unique=True)))
+    ends = [starts[i + 1] if i + 1 < len(starts) else n for i in range(len(starts))]
+    return [(s, data.draw(st.integers(s + 1, min(n, e + past)))) for s, e in zip(starts, ends, strict=True)]
+
+
 def _lines(spans: list[tuple[int, int]]) -> list[ChunkLine]:
     return [ChunkLine(i + 1, i, s, e, max(1, (e - s) // 4), [], None, None, "text") for i, (s, e) in enumerate(spans)]
 
@@ -83,11 +91,7 @@ def _lines(spans: list[tuple[int, int]]) -> list[ChunkLine]:
 def test_pieces_cover_the_document_once_in_order(data) -> None:
     text = data.draw(st.text(alphabet="ab \n#|-*", min_size=1, max_size=300))
     n = len(text)
-    starts = sorted(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=12, unique=True)))
-    spans = []
-    for i, s in enumerate(starts):  # chunks may overlap the next one, or stop short of it
-        nxt = starts[i + 1] if i + 1 < len(starts) else n
-        spans.append((s, data.draw(st.integers(s + 1, min(n, nxt + 20)))))
+    spans = _draw_spans(data, n, 1, 12, 20)
     pieces = views.pieces(text, _lines(spans))
     assert [p.ordinal for p in pieces if p.ordinal is not None] == list(range(len(spans))), "every chunk, in order"
     assert all(a.end <= b.start for a, b in zip(pieces, pieces[1:], strict=False)), "no text shown twice"
@@ -140,9 +144,7 @@ def test_a_document_in_parts_shows_what_it_shows_whole(data) -> None:
     """The document page's parts, put end to end, are the pieces of the whole document (overlaps included)."""
     text = data.draw(st.text(alphabet="ab \n#", min_size=50, max_size=400))
     n = len(text)
-    starts = sorted(data.draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=15, unique=True)))
-    spans = [(s, data.draw(st.integers(s + 1, min(n, (starts[i + 1] if i + 1 < len(starts) else n) + 15))))
-             for i, s in enumerate(starts)]  # fmt: skip
+    spans = _draw_spans(data, n, 2, 15, 15)
     chunks = _lines(spans)
     whole = [(p.start, p.end, p.ordinal, p.overlap) for p in views.pieces(text, chunks)]
     limit = data.draw(st.integers(1, n))
