@@ -8,7 +8,6 @@ would queue on the GIL); short ones serially, where starting the work elsewhere 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -20,6 +19,7 @@ from connector import guards
 from connector.chunkers import Chunker
 from connector.errors import NotApplicable
 from connector.models import Candidate, Document
+from connector.pool import exit_with_parent, kill
 from connector.settings import ChunkingSettings
 from connector.timing import NULL_TIMER, Timer
 
@@ -81,23 +81,11 @@ def _shared_pool() -> ProcessPoolExecutor:
         if _pool is None:
             # `spawn`: the sidecar process holds torch's thread pools, which do not survive a fork.
             _pool = ProcessPoolExecutor(
-                max_workers=2, mp_context=mp.get_context("spawn"), initializer=_exit_with_parent,
+                max_workers=2, mp_context=mp.get_context("spawn"), initializer=exit_with_parent,
                 initargs=(os.getpid(),),
             )  # fmt: skip
             atexit.register(shutdown_pool)
         return _pool
-
-
-def _exit_with_parent(parent: int) -> None:
-    """In each pool process: exit as soon as the sidecar that started it is gone (killed with SIGKILL, say), so no
-    pool process (nor the resource tracker, which lives as long as any of them) is left running under init."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def shutdown_pool() -> None:
@@ -118,12 +106,4 @@ def terminate_pool() -> None:
         pool, _pool = _pool, None
     if pool is None:
         return
-    # NOTE: ProcessPoolExecutor only gained a public way to do this in Python 3.14 (`terminate_workers`), which
-    # does the same: signal every process of `_processes`, then shut down without waiting for their results.
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    for process in processes:
-        with contextlib.suppress(Exception):
-            process.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        process.join(timeout=5)
+    kill(pool)

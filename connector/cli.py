@@ -154,11 +154,16 @@ def _prepare(settings: Settings, dsn: str, *, no_migrate: bool = False):
 
 
 class _Pipelines:
-    """A factory of pipelines sharing one loaded embedder and metrics resources; each pipeline has its own embedding
-    cache connection. `close()` stops the embedder's background work (a remote client's dispatcher)."""
+    """A factory of pipelines sharing one loaded embedder, metrics resources and CPU pool; each pipeline has its own
+    embedding cache connection. `close()` stops the pool and the embedder's background work (a remote client's
+    dispatcher)."""
 
     def __init__(self, settings: Settings, dsn: str, embedder, resources) -> None:
+        from connector.pool import CpuPool, size_of
+
         self.settings, self.dsn, self.embedder, self.resources = settings, dsn, embedder, resources
+        processes = size_of(settings)
+        self.pool = CpuPool(settings, processes) if processes else None
 
     def __call__(self):
         from connector.db.embeddings import CacheTable
@@ -169,11 +174,13 @@ class _Pipelines:
         cached = None
         if self.settings.embed.cache:
             cached = PersistentCache(self.embedder, CacheTable(self.dsn), spec_of(self.embedder).cache_key)
-        return Pipeline(self.settings, self.embedder, self.resources, cached)
+        return Pipeline(self.settings, self.embedder, self.resources, cached, self.pool)
 
     def close(self) -> None:
         from connector.embedders import close
 
+        if self.pool is not None:
+            self.pool.close()
         close(self.embedder)
 
 

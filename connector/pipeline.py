@@ -1,13 +1,15 @@
 """One document through every stage: convert → candidates (+ guards) → metrics → select → embed.
 
-`choose` runs a document up to its winner; `embed` embeds the winners of several documents at once (a worker's
-batch: one request instead of one per document). No database access here (but the embedding cache's): the caller
-stores the `Outcome`s.
+`Chooser.choose` runs a document up to its winner, in the worker's thread or in a CPU pool process
+(`connector.pool`); `Pipeline.embed` embeds the winners of several documents at once (a worker's batch: one request
+instead of one per document). No database access here (but the embedding cache's): the caller stores the
+`Outcome`s.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -18,6 +20,7 @@ from connector.embedders import Embedder, spec_of
 from connector.embedders.base import Embeddings
 from connector.embedders.cache import text_hash
 from connector.models import Document, Outcome, Scored, SourceDocument
+from connector.pool import CpuPool
 from connector.select import choose
 from connector.settings import Settings
 from connector.timing import Timer
@@ -34,6 +37,42 @@ class Chosen:
     timings: dict[str, float]
 
 
+@dataclass(frozen=True)
+class Chooser:
+    """What takes a document up to its winner: the chunkers and the metric resources, loaded once per process."""
+
+    settings: Settings
+    chunkers: list[chunkers.Chunker]
+    resources: metrics.Resources
+    parallel: bool | None  # strategies of a long document in processes of their own (None: by its length)
+
+    @classmethod
+    def load(
+        cls,
+        settings: Settings,
+        embedder: Embedder | None = None,
+        resources: metrics.Resources | None = None,
+        parallel: bool | None = None,
+    ) -> Chooser:
+        if resources is None and embedder is None and settings.metrics.model == "same":
+            from connector.embedders import load_configured
+
+            embedder = load_configured(settings)  # a pool process: the metrics need the storage model itself
+        resources = resources or metrics.Resources.load(settings, embedder)
+        return cls(settings, chunkers.build(settings.chunking), resources, parallel)
+
+    def choose(self, source: SourceDocument) -> Chosen:
+        """Every stage up to the winner: convert, candidates and guards, metrics, selection."""
+        timer = Timer()
+        with timer("convert"):
+            document = convert(source.data, source.mime_type, self.settings.chunking)
+        pool = candidates.generate(document, self.chunkers, self.settings.chunking, timer, self.parallel)
+        scored = metrics.score_all(document, pool, self.settings, self.resources, timer)
+        with timer("select"):
+            winner = choose(scored)
+        return Chosen(document, scored, winner, document_title(source, document), dict(timer.ms))
+
+
 class Pipeline:
     def __init__(
         self,
@@ -41,35 +80,55 @@ class Pipeline:
         embedder: Embedder,
         resources: metrics.Resources | None = None,
         chunk_embedder: Embedder | None = None,
+        pool: CpuPool | None = None,
     ):
         self.settings = settings
         self.embedder = embedder
         # What embeds the winning chunks: the model itself, or the model behind the embedding cache
         # (`embedders.cache.PersistentCache`, one per pipeline: it holds a connection of its own).
         self.chunk_embedder = chunk_embedder or embedder
-        self.chunkers = chunkers.build(settings.chunking)
         # Shared by the pipelines of one process's workers, so each must be safe to call from several threads: the
         # coreference heuristic keeps no state between calls, the static model keeps one copy per thread, and the
         # storage embedder (MiniLM) and Maverick take one call at a time (each wraps a Rust tokenizer that is not
         # thread-safe).
-        self.metric_resources = resources or metrics.Resources.load(settings, embedder)
+        self.chooser = Chooser.load(settings, embedder, resources)
+        self.metric_resources = self.chooser.resources
+        # Where documents are chosen: pool processes (shared by the pipelines of one process), or None: the caller's
+        # thread.
+        self.pool = pool
         self.totals = Timer()  # every stage of every document this pipeline ran (read by `connector bench`)
         self.runs = 0  # documents it ran
+
+    @property
+    def in_flight(self) -> int:
+        """How many documents a worker should keep submitted at once: enough to keep every pool process busy."""
+        return 2 * self.pool.processes if self.pool is not None else 1
 
     def run(self, source: SourceDocument) -> Outcome:
         return self.embed([self.choose(source)])[0]
 
     def choose(self, source: SourceDocument) -> Chosen:
-        """Every stage up to the winner: convert, candidates and guards, metrics, selection."""
-        timer = Timer()
-        with timer("convert"):
-            document = convert(source.data, source.mime_type, self.settings.chunking)
-        pool = candidates.generate(document, self.chunkers, self.settings.chunking, timer)
-        scored = metrics.score_all(document, pool, self.settings, self.metric_resources, timer)
-        with timer("select"):
-            winner = choose(scored)
-        self.totals.add(timer.ms)
-        return Chosen(document, scored, winner, document_title(source, document), dict(timer.ms))
+        """Every stage up to the winner, here."""
+        chosen = self.chooser.choose(source)
+        self.totals.add(chosen.timings)
+        return chosen
+
+    def start(self, source: SourceDocument) -> Future:
+        """`choose` in a pool process (the future is pending), or here, at once (the future is done)."""
+        if self.pool is None:
+            future: Future = Future()
+            try:
+                future.set_result(self.choose(source))
+            except Exception as exc:
+                future.set_exception(exc)
+            return future
+        future = self.pool.submit(source)
+        future.add_done_callback(self._count)
+        return future
+
+    def _count(self, future: Future) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.totals.add(future.result().timings)
 
     def embed(self, chosen: list[Chosen]) -> list[Outcome]:
         """Embed the winners' chunks of several documents in one call (one request, or as few as the endpoint's

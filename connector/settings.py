@@ -278,6 +278,13 @@ class Settings(BaseSettings):
         60, description="A claimed document whose worker stops renewing it (every third of this) is claimable again."
     )
     workers: int = Field(1, ge=1, description="Worker threads per `connector run` process.")
+    cpu_processes: int | None = Field(
+        None,
+        ge=0,
+        description="Processes that convert, chunk and score documents for the worker threads (Python holds one core "
+        "per process): unset, one per core this process may use (none on one core); 0: none, the worker threads do "
+        "it themselves.",
+    )
     batch_size: int = Field(
         32, ge=1, description="Rows a worker claims at once; the finished ones are written in one transaction."
     )

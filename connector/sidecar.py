@@ -83,9 +83,11 @@ def run(
         raise
     finally:
         if busy():
-            # Past the grace period: documents still in the candidate pool are abandoned (their rows are back in
-            # the queue), so that no pool process keeps chunking for a sidecar that is leaving.
+            # Past the grace period: documents still in the candidate pool or the CPU pool are abandoned (their rows
+            # are back in the queue), so that no pool process keeps chunking for a sidecar that is leaving.
             candidates.terminate_pool()
+            for pool in {id(w.pipeline.pool): w.pipeline.pool for w in workers if w.pipeline.pool}.values():
+                pool.terminate()
         if watcher:
             watcher.stop()
         if server:

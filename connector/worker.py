@@ -22,7 +22,11 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from concurrent.futures import CancelledError, Future
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -41,6 +45,15 @@ MAX_BACKOFF_S = 300.0
 FLUSH_SECONDS = 1.0
 # Finished documents are written once this long has passed since the first of them started (short rows: a whole
 # batch at a time), and before a document that is not short starts (a file, a row over `ClaimedRow.short`).
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A document handed to the pipeline (`Pipeline.start`): its `Chosen`, or its error, once the future is done."""
+
+    row: ClaimedRow
+    source: SourceDocument
+    future: Future
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,13 +106,19 @@ class Worker:
     def prepare(self, row: ClaimedRow) -> Result | Ready:
         """Run the pipeline on a claimed row: the outcome to write, or what became of the row (failed, retry,
         unchanged: already recorded)."""
+        started = self.start(row)
+        return self.finish(started) if isinstance(started, Started) else started
+
+    def start(self, row: ClaimedRow) -> Result | Started:
+        """Read a claimed row and hand it to the pipeline (a pool process, or this thread at once); or what became
+        of it (failed, retry, unchanged: already recorded)."""
         context = {"document_id": row.id, "source_key": row.source_key}
         content_hash: str | None = None
         if row.retries >= self.max_attempts:
             with contextlib.suppress(DocumentError):  # the hash: only new bytes requeue a file that kills workers
                 content_hash = row.load(self.roots, self.max_bytes).content_hash
-            self._fail(row, f"gave up after {row.retries} tries: the worker processing it stopped (crash, kill or "
-                       "lost connection) each time", content_hash)  # fmt: skip
+            self._fail(row, f"gave up after {row.retries} tries: the worker or CPU process running it stopped "
+                       "(crash, kill, out of memory or lost connection) each time", content_hash)  # fmt: skip
             return "failed"
         try:
             source = row.load(self.roots, self.max_bytes)
@@ -111,11 +130,37 @@ class Worker:
                 return "unchanged"
             tries = f" (try {row.retries + 1} of {self.max_attempts})" if row.retries else ""
             log.info("processing %s%s", row.source_key, tries, extra=context)
-            with self._heartbeat():
-                return Ready(row, source, self.pipeline.choose(source))
+            if self.pipeline.pool is not None:  # a pool process takes it: back at once
+                return Started(row, source, self.pipeline.start(source))
+            with self._heartbeat():  # here, the pipeline runs at once
+                return Started(row, source, self.pipeline.start(source))
         except Exception as exc:
             return self._failed(row, exc, content_hash)
         except BaseException:  # KeyboardInterrupt, SystemExit: give the document back before leaving
+            with contextlib.suppress(psycopg.Error):
+                self.store.release(row)
+            raise
+
+    def finish(self, started: Started) -> Result | Ready:
+        """Wait for a started document: ready to be written, or what became of it."""
+        row, future = started.row, started.future
+        try:
+            if not future.done():
+                with self._heartbeat():
+                    futures.wait([future])
+            return Ready(row, started.source, future.result())
+        except (BrokenProcessPool, CancelledError):
+            # Its pool process died (or the pool was stopped), maybe because of another document in flight: as if
+            # this worker had died holding it, it is claimed again alone and the death counts as a try.
+            error = "the CPU pool process running it (or another document) stopped: crash, kill or out of memory"
+            log.warning("%s: %s; it will be tried again alone", row.source_key, error,
+                        extra={"document_id": row.id, "source_key": row.source_key})  # fmt: skip
+            with contextlib.suppress(psycopg.Error):
+                self.store.abandon(row, error)
+            return "retry"
+        except Exception as exc:
+            return self._failed(row, exc, started.source.content_hash)
+        except BaseException:
             with contextlib.suppress(psycopg.Error):
                 self.store.release(row)
             raise
@@ -305,41 +350,58 @@ class Worker:
 
     def _batch(self, rows: list[ClaimedRow], stop: threading.Event, on_result) -> int:
         ready: list[Ready] = []
+        in_flight: deque[tuple[Started, float]] = deque()  # submitted to the pipeline, oldest first
         n = 0
         first_ready = 0.0
 
+        def report(row: ClaimedRow, result: Result) -> None:
+            self._done_with(row)
+            if on_result:
+                on_result(row, result)
+
         def flush() -> None:
             for r, result in zip(ready, self._write(ready), strict=True):
-                self._done_with(r.row)
-                if on_result:
-                    on_result(r.row, result)
+                report(r.row, result)
             ready.clear()
+
+        def settle(keep: int) -> None:
+            """Wait for the oldest documents in flight until `keep` are left; write when the oldest finished one
+            has waited long enough."""
+            nonlocal first_ready
+            while len(in_flight) > keep:
+                started, at = in_flight.popleft()
+                finished = self.finish(started)
+                if isinstance(finished, Ready):
+                    if not ready:
+                        first_ready = at
+                    ready.append(finished)
+                else:
+                    report(started.row, finished)
+                if ready and time.monotonic() - first_ready >= FLUSH_SECONDS:
+                    flush()
 
         for row in rows:
             if stop.is_set():
                 break
-            started = time.monotonic()
-            if started >= self._next_beat:
+            started_at = time.monotonic()
+            if started_at >= self._next_beat:
                 self._beat()
             if (row.id, row.attempts) in self._lost:  # requeued or claimed again meanwhile: it would be dropped
-                self._done_with(row)
-                if on_result:
-                    on_result(row, "superseded")
+                report(row, "superseded")
                 continue
-            if ready and not row.short:  # a long document next: what is finished is written first, not after it
-                flush()
-            prepared = self.prepare(row)
+            if not row.short and (ready or in_flight):  # a long document next: what is finished is written first
+                settle(0)
+                if ready:
+                    flush()
+            started = self.start(row)
             n += 1
-            if isinstance(prepared, Ready):
-                if not ready:
-                    first_ready = started
-                ready.append(prepared)
+            if isinstance(started, Started):
+                in_flight.append((started, started_at))
             else:
-                self._done_with(row)
-                if on_result:
-                    on_result(row, prepared)
-            if ready and time.monotonic() - first_ready >= FLUSH_SECONDS:
-                flush()
+                report(row, started)
+            # Enough documents in the pool to keep its processes busy; with no pool, each is done already.
+            settle(self.pipeline.in_flight - 1 if row.short else 0)
+        settle(0)  # stopped or not: what is in the pool is finished (short documents, or the grace period's)
         if ready:
             flush()
         self._release_held()  # stopped mid-batch: the rest goes straight back to the queue

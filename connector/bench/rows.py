@@ -106,16 +106,24 @@ def _rss_mb() -> float:
 
 def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop, out: mp.Queue) -> None:
     from connector import sidecar
+    from connector.models import SourceDocument
     from connector.pipeline import Pipeline
+    from connector.pool import CpuPool, size_of
 
     pipelines: list[Pipeline] = []
     embedder = load_configured(settings)
+    processes = size_of(settings)
+    pool = CpuPool(settings, processes) if processes else None  # what `connector run` starts
 
     def make() -> Pipeline:
-        pipelines.append(Pipeline(settings, embedder))
+        pipelines.append(Pipeline(settings, embedder, pool=pool))
         return pipelines[-1]
 
     make()  # load the metrics model before the clock starts
+    if pool is not None:  # and the pool's processes, each with its own
+        warm = SourceDocument(0, "sql", "warm-up", None, b"Warm up.", "text/plain", "")
+        for future in [pool.submit(warm) for _ in range(processes * 4)]:
+            future.result()
     ready.put(True)
     start = _rss_mb()
     first = [pipelines[0]]
@@ -123,6 +131,8 @@ def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop, out: mp.Q
         sidecar.run(settings, dsn, lambda: first.pop() if first else make(), stop, watch=False)
     finally:
         candidates.shutdown_pool()  # a process started by multiprocessing waits for its pool's children
+        if pool is not None:
+            pool.close()
         close(embedder)
     stages: dict[str, float] = {}
     for p in pipelines:

@@ -265,6 +265,13 @@ SET status = 'pending', attempts = attempts + 1, lease_expires_at = NULL, claime
 WHERE id = %(id)s AND attempts = %(token)s AND status = 'processing'
 """
 
+# The lease ends now (`CLAIM_BATCH` takes an expired row alone and counts the try); the claim token stays ours.
+ABANDON = """
+UPDATE connector.documents
+SET lease_expires_at = now() - interval '1 second', last_error = %(error)s, updated_at = now()
+WHERE id = %(id)s AND attempts = %(token)s AND status = 'processing'
+"""
+
 STATUS_COUNTS = "SELECT status, count(*) AS documents FROM connector.documents GROUP BY status ORDER BY status"
 
 LAST_ERRORS = """

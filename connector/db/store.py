@@ -354,6 +354,13 @@ class Store:
         with self.conn.transaction():
             return self.conn.execute(queries.RELEASE, {"id": row.id, "token": row.attempts}).rowcount == 1
 
+    def abandon(self, row: ClaimedRow, error: str) -> bool:
+        """As if the worker holding it had died (its lease runs out now): the next claim takes it alone and counts a
+        try. For a document whose CPU pool process died with others in flight: any of them could be the cause."""
+        with self.conn.transaction():
+            params = {"id": row.id, "token": row.attempts, "error": error}
+            return self.conn.execute(queries.ABANDON, params).rowcount == 1
+
     def errors(self, document_ids: list[int]) -> list[LastError]:
         """The last error of each of the given documents."""
         with self.conn.transaction(), self.conn.cursor(row_factory=class_row(LastError)) as cur:

@@ -1,0 +1,164 @@
+"""The CPU pool: processes that take whole documents up to their winner (convert, candidates and guards, the five
+metrics, selection), so that one sidecar uses every core.
+
+Those stages are Python and hold the GIL: worker threads of one process share one core, however many there are.
+`CONNECTOR_CPU_PROCESSES` processes (default: one per core this process may use, none on a single core) each load
+the chunkers and the metric models once, then take documents as the worker threads submit them. Embedding and
+writing stay in the sidecar: a pool process holds no connection and keeps no state between documents.
+
+A pool process that dies (killed, out of memory, a crash in a native library) breaks the whole pool:
+`ProcessPoolExecutor` fails every document in flight with `BrokenProcessPool`, and the next submission starts a fresh
+pool. Nobody can tell which document killed it, so the worker treats each of those documents as if the sidecar had
+died holding it (`Store.abandon`): claimed again alone, the death counting as a try. The culprit fails after
+`max_attempts`; the others go through on their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import threading
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from connector.models import SourceDocument
+from connector.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def size_of(settings: Settings) -> int:
+    """How many pool processes `settings` asks for: `cpu_processes`, or one per usable core (0 on one core, where a
+    pool would only add the cost of shipping documents across)."""
+    if settings.cpu_processes is not None:
+        return settings.cpu_processes
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores if cores > 1 else 0
+
+
+class CpuPool:
+    """A `ProcessPoolExecutor` of `processes` started on first use, replaced when it breaks, shared by the worker
+    threads of one process."""
+
+    def __init__(self, settings: Settings, processes: int):
+        self.settings = settings
+        self.processes = processes
+        self.restarts = 0  # pools replaced after one broke (read by tests and logs)
+        self._executor: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, source: SourceDocument) -> Future:
+        """`Pipeline.choose` of `source` in a pool process; the future holds the `Chosen`, or the error the
+        document raised, or `BrokenProcessPool` when a pool process died meanwhile."""
+        for _ in range(2):
+            executor = self._current()
+            try:
+                future = executor.submit(_choose, source)
+            except BrokenProcessPool:  # broke since it was handed out: once more, on a fresh one
+                self._replace(executor)
+                continue
+            future.add_done_callback(lambda f, ex=executor: self._check(f, ex))
+            return future
+        raise BrokenProcessPool("the CPU pool broke twice in a row while starting")
+
+    def _current(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                # spawn: the sidecar holds threads (watcher, HTTP, heartbeats) and torch's pools, which do not
+                # survive a fork.
+                self._executor = ProcessPoolExecutor(
+                    max_workers=self.processes, mp_context=mp.get_context("spawn"), initializer=_start,
+                    initargs=(self.settings, os.getpid()),
+                )  # fmt: skip
+            return self._executor
+
+    def _check(self, future: Future, executor: ProcessPoolExecutor) -> None:
+        if not future.cancelled() and isinstance(future.exception(), BrokenProcessPool):
+            self._replace(executor)
+
+    def _replace(self, broken: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._executor is not broken:  # another thread replaced it already
+                return
+            self._executor = None
+            self.restarts += 1
+        log.warning("a CPU pool process died; the documents it had in flight go back to the queue, one by one")
+        broken.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        """Stop the processes once the documents in flight are done (the sidecar is leaving)."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+    def terminate(self) -> None:
+        """Stop the processes now, abandoning what they run (a shutdown past its grace period: the documents have
+        been handed back already)."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            kill(executor)
+
+    def pids(self) -> list[int]:
+        """The processes' ids (tests kill one)."""
+        with self._lock:
+            processes = (getattr(self._executor, "_processes", None) or {}) if self._executor else {}
+            return [p.pid for p in processes.values()]
+
+
+def kill(executor: ProcessPoolExecutor) -> None:
+    # NOTE: ProcessPoolExecutor only gained a public way to do this in Python 3.14 (`terminate_workers`), which
+    # does the same: signal every process of `_processes`, then shut down without waiting for their results.
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.kill()
+    executor.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.join(timeout=5)
+
+
+def exit_with_parent(parent: int) -> None:
+    """In a pool process: exit as soon as the sidecar that started it is gone (killed with SIGKILL, say), so no
+    pool process (nor the resource tracker, which lives as long as any of them) is left running under init."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+# In each pool process: what `_start` loaded, used by every document it takes.
+_chooser = None
+
+
+def _start(settings: Settings, parent: int) -> None:
+    global _chooser
+    # Ctrl-C reaches the whole process group: the sidecar decides what stops and when, not its pool.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_with_parent(parent)
+    from connector.logs import handler
+
+    logging.basicConfig(level=logging.WARNING, handlers=[handler(settings.log_format)])
+    from connector.pipeline import Chooser
+
+    _chooser = Chooser.load(settings, parallel=False)  # documents run side by side: strategies one after another
+
+
+def _choose(source: SourceDocument):
+    try:
+        return _chooser.choose(source)
+    except Exception as exc:
+        try:  # an exception the sidecar could not unpickle would break the pool for every document in flight
+            pickle.loads(pickle.dumps(exc))
+        except Exception:
+            raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
+        raise
