@@ -31,11 +31,21 @@ WHERE d.status = 'done' AND (
 )
 """
 
+# The BM25 postings (migration 0008; kept in step by triggers since 0012): one per lexeme of each chunk, none left of
+# a chunk that is gone.
+POSTING_MISMATCHES = """
+SELECT t.chunk_id FROM connector.chunk_terms t LEFT JOIN connector.chunks c ON c.id = t.chunk_id WHERE c.id IS NULL
+UNION ALL
+SELECT c.id FROM connector.chunks c
+WHERE length(c.search_tsv) <> (SELECT count(*) FROM connector.chunk_terms t WHERE t.chunk_id = c.id)
+"""
+
 
 def assert_consistent(conn: psycopg.Connection) -> None:
     assert conn.execute(OFFSET_MISMATCHES).fetchall() == [], "chunk offsets must address documents.markdown"
     assert conn.execute(LINK_MISMATCHES).fetchall() == [], "prev/next links must follow ordinals"
     assert conn.execute(CANDIDATE_MISMATCHES).fetchall() == [], "winner, candidates and chunks must agree"
+    assert conn.execute(POSTING_MISMATCHES).fetchall() == [], "postings must match the chunks' lexemes"
 
 
 def documents(conn: psycopg.Connection) -> dict[str, tuple]:

@@ -14,6 +14,7 @@ from connector.embedders import load
 from connector.pipeline import Pipeline
 from connector.settings import Settings
 from connector.worker import Worker
+from tests.dbchecks import POSTING_MISMATCHES
 
 COMMON = "The container runs. A container image builds a container from layers, and each container has a name. "
 
@@ -80,6 +81,17 @@ def test_postings_follow_the_chunks_when_replaced_or_deleted(settings: Settings)
         assert orphans == (0,)
         conn.execute("DELETE FROM connector.documents WHERE source_key = 'doc'")
     assert _postings(dsn, "penguin") == 0 and _postings(dsn, "seal") == 1
+    # Chunks deleted by hand, several in one statement, and a TRUNCATE: their postings go with them (a trigger per
+    # statement since migration 0012, where a foreign key checked each posting).
+    _ingest(settings, [("a", "Narwhals dive deep."), ("b", "Narwhals sing."), ("c", "Otters float.")])
+    assert _postings(dsn, "narwhal") == 2
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM connector.chunks WHERE document_id IN "
+                     "(SELECT id FROM connector.documents WHERE source_key IN ('a', 'b'))")  # fmt: skip
+        assert _postings(dsn, "narwhal") == 0 and _postings(dsn, "otter") == 1
+        assert conn.execute(POSTING_MISMATCHES).fetchall() == []
+        conn.execute("TRUNCATE connector.chunks CASCADE")
+        assert conn.execute("SELECT count(*) FROM connector.chunk_terms").fetchone() == (0,)
 
 
 def test_a_question_of_stop_words_only_is_ranked_by_vectors(settings: Settings) -> None:
