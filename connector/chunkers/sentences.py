@@ -7,6 +7,7 @@ do not end a sentence. Good enough for chunking and for sentence-level metrics; 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -20,6 +21,19 @@ _ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|Dr|Mr|Mrs|Ms|Prof|Fig|N
 
 def sentence_spans(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
     """Trimmed (start, end) spans of the sentences in text[start:end], in order."""
+    if start == 0 and end is None:
+        return list(_whole(text))
+    return _spans(text, start, end)
+
+
+@functools.lru_cache(maxsize=2)
+def _whole(text: str) -> tuple[tuple[int, int], ...]:
+    # A document's sentences are wanted four times (the sentence and semantic strategies, coreference, the
+    # metrics), one after another in one process.
+    return tuple(_spans(text, 0, None))
+
+
+def _spans(text: str, start: int, end: int | None) -> list[tuple[int, int]]:
     end = len(text) if end is None else end
     spans = []
     pos = start

@@ -226,10 +226,13 @@ def _mentions(text: str, start: int, end: int, mid_caps: set[str]) -> list[Menti
     return out
 
 
+_NOT_PHRASE = STOP_WORDS | PLURAL
+
+
 def _is_phrase_word(tok: re.Match, previous: re.Match, text: str) -> bool:
     word = tok.group()
     gap = text[previous.end() : tok.start()]
-    return gap.strip() == "" and "\n\n" not in gap and word.islower() and word not in STOP_WORDS | PLURAL
+    return gap.strip() == "" and "\n\n" not in gap and word.islower() and word not in _NOT_PHRASE
 
 
 def _continues_name(tok: re.Match, previous: re.Match, text: str) -> bool:
