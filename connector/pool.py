@@ -2,7 +2,8 @@
 metrics, selection), so that one sidecar uses every core.
 
 Those stages are Python and hold the GIL: worker threads of one process share one core, however many there are.
-`CONNECTOR_CPU_PROCESSES` processes (default: one per core this process may use, none on a single core) each load
+`CONNECTOR_CPU_PROCESSES` processes (default: one per core this process may use, its cgroup's CPU quota included;
+none on a single core) each load
 the chunkers and the metric models once, then take documents as the worker threads submit them. Embedding and
 writing stay in the sidecar: a pool process holds no connection and keeps no state between documents.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import multiprocessing as mp
 import os
 import pickle
@@ -25,6 +27,7 @@ import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 from connector.models import SourceDocument
 from connector.settings import Settings
@@ -37,8 +40,21 @@ def size_of(settings: Settings) -> int:
     pool would only add the cost of shipping documents across)."""
     if settings.cpu_processes is not None:
         return settings.cpu_processes
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     return cores if cores > 1 else 0
+
+
+def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The cores this process may use: its CPU affinity, capped by its cgroup's CPU quota (a container limited to
+    2 CPUs on a 64-core node sees 64 in the affinity mask)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):  # no cgroup v2 here, or no quota: the affinity alone
+        pass
+    return cores
 
 
 class CpuPool:

@@ -10,7 +10,9 @@ and for this sidecar every strategy, the guards, the five metrics and selection;
 
 Each round runs, in this order and each in a fresh database of one embedded Postgres: pgai with its default
 splitter (800/400 characters), pgai with 4000/200, pgai 4000/200 with an HNSW index on its destination (ours
-always has one, and BM25 postings), and this sidecar with one and two processes. pgai's time is its `--once` run
+always has one, and BM25 postings), pgai 800/400 with `--concurrency 2`; then this sidecar: one process with its
+CPU pool (one process per core), the same with two worker threads, the same with the in-process `fake` embedder,
+and without the pool (`CONNECTOR_CPU_PROCESSES=0`) with one and two processes. pgai's time is its `--once` run
 minus the same command's run on an empty queue (its start: imports, connection); ours is queued → committed with
 the processes started first. Not a test: its figures go into notes.
 """
@@ -53,7 +55,9 @@ def _timed(command: list[str], env: dict) -> float:
     return time.perf_counter() - t0
 
 
-def pgai_arm(pgai: str, admin: str, stub: EmbeddingStub, rows, chunk_size: int, overlap: int, hnsw: bool) -> dict:
+def pgai_arm(
+    pgai: str, admin: str, stub: EmbeddingStub, rows, chunk_size: int, overlap: int, hnsw: bool, concurrency: int = 1
+) -> dict:
     dsn = _fresh_db(admin, "pgai_bench")
     env = {**os.environ, "OPENAI_API_KEY": "stub-key"}
     subprocess.run([pgai, "install", "-d", dsn], check=True, env=env, capture_output=True)
@@ -72,13 +76,16 @@ def pgai_arm(pgai: str, admin: str, stub: EmbeddingStub, rows, chunk_size: int, 
         )
         if hnsw:
             conn.execute("CREATE INDEX ON docs_embedding_store USING hnsw (embedding vector_cosine_ops)")
-    wall = _timed([pgai, "vectorizer", "worker", "-d", dsn, "--once"], env)
-    start = _timed([pgai, "vectorizer", "worker", "-d", dsn, "--once"], env)  # nothing left to do: its start-up
+    command = [pgai, "vectorizer", "worker", "-d", dsn, "--once", "-c", str(concurrency)]
+    wall = _timed(command, env)
+    start = _timed(command, env)  # nothing left to do: its start-up
     with psycopg.connect(dsn) as conn:
         chunks = conn.execute("SELECT count(*) FROM docs_embedding_store").fetchone()[0]
         done = conn.execute("SELECT count(DISTINCT id) FROM docs_embedding_store").fetchone()[0]
     work = max(wall - start, 1e-9)
-    return {"arm": f"pgai {chunk_size}/{overlap}" + (" + hnsw" if hnsw else ""), "rows": done, "chunks": chunks,
+    name = f"pgai {chunk_size}/{overlap}" + (" + hnsw" if hnsw else "")
+    name += f", -c {concurrency}" if concurrency > 1 else ""
+    return {"arm": name, "rows": done, "chunks": chunks,
             "wall_s": round(wall, 2), "start_s": round(start, 2), "rows_per_s": round(done / work, 1),
             "chunks_per_s": round(chunks / work, 1)}  # fmt: skip
 
@@ -119,6 +126,8 @@ def main() -> None:
     models = Path(os.environ.get("CONNECTOR_MODELS_DIR", parent / "models"))  # the metrics model: built once
     stubbed = Settings(data_dir=parent / "data", models_dir=models, embedder="openai",
                        embed={"base_url": stub.base_url, "api_key": "stub-key", "dimensions": DIM})  # fmt: skip
+    no_pool = stubbed.model_copy(update={"cpu_processes": 0})  # as before the CPU pool; two processes: two cores
+    threads2 = stubbed.model_copy(update={"workers": 2})
     results: list[dict] = []
     try:
         for round_no in range(1, args.rounds + 1):
@@ -126,9 +135,12 @@ def main() -> None:
                 lambda: pgai_arm(args.pgai, admin, stub, rows, 800, 400, False),
                 lambda: pgai_arm(args.pgai, admin, stub, rows, 4000, 200, False),
                 lambda: pgai_arm(args.pgai, admin, stub, rows, 4000, 200, True),
-                lambda: ours_arm(stubbed, admin, rows, 1, "openai stub"),
-                lambda: ours_arm(stubbed.model_copy(update={"embedder": "fake"}), admin, rows, 1, "fake"),
-                lambda: ours_arm(stubbed, admin, rows, 2, "openai stub"),
+                lambda: pgai_arm(args.pgai, admin, stub, rows, 800, 400, False, concurrency=2),
+                lambda: ours_arm(stubbed, admin, rows, 1, "openai stub, CPU pool"),
+                lambda: ours_arm(threads2, admin, rows, 1, "openai stub, CPU pool, 2 worker threads"),
+                lambda: ours_arm(stubbed.model_copy(update={"embedder": "fake"}), admin, rows, 1, "fake, CPU pool"),
+                lambda: ours_arm(no_pool, admin, rows, 1, "openai stub, no CPU pool"),
+                lambda: ours_arm(no_pool, admin, rows, 2, "openai stub, no CPU pool"),
             ]
             for arm in arms:
                 result = {"round": round_no, **arm()}

@@ -17,7 +17,7 @@ import pytest
 from connector.db.database import connect
 from connector.embedders.fake import FakeEmbedder
 from connector.pipeline import Pipeline
-from connector.pool import CpuPool, size_of
+from connector.pool import CpuPool, size_of, usable_cores
 from connector.settings import Settings
 from connector.worker import Worker
 from tests.conftest import FIXTURES
@@ -45,11 +45,19 @@ def _alive(pid: int) -> bool:
         return f.read().split()[2] != "Z"
 
 
-def test_the_pool_size_follows_the_cores_and_the_setting(settings: Settings) -> None:
-    cores = len(os.sched_getaffinity(0))
+def test_the_pool_size_follows_the_cores_the_cgroup_quota_and_the_setting(settings: Settings, tmp_path) -> None:
+    cores = usable_cores()
+    assert 1 <= cores <= len(os.sched_getaffinity(0))
     assert size_of(settings.model_copy(update={"cpu_processes": None})) == (cores if cores > 1 else 0)
     assert size_of(settings.model_copy(update={"cpu_processes": 0})) == 0
     assert size_of(settings.model_copy(update={"cpu_processes": 3})) == 3
+    cpu_max = tmp_path / "cpu.max"  # cgroup v2's file, as a container limited to 1.5 CPUs has it
+    cpu_max.write_text("150000 100000\n")
+    assert usable_cores(cpu_max) == min(2, len(os.sched_getaffinity(0)))
+    cpu_max.write_text("max 100000\n")
+    assert usable_cores(cpu_max) == len(os.sched_getaffinity(0))
+    cpu_max.write_text("50000 100000\n")
+    assert usable_cores(cpu_max) == 1
 
 
 def test_documents_chosen_in_pool_processes_are_written_and_a_bad_one_fails_alone(settings, pool) -> None:
