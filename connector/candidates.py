@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from connector import guards
 from connector.chunkers import Chunker
@@ -42,7 +43,12 @@ def generate(
     if parallel is None:
         parallel = len(document.markdown) >= PARALLEL_MIN_CHARS and len(chunkers) > 1 and (os.cpu_count() or 1) > 1
     if parallel:
-        results = list(_shared_pool().map(_one, [document] * len(chunkers), chunkers, [settings] * len(chunkers)))
+        pool = _shared_pool()
+        try:
+            results = list(pool.map(_one, [document] * len(chunkers), chunkers, [settings] * len(chunkers)))
+        except BrokenProcessPool:
+            _forget(pool)  # a process of it died: the next long document gets a fresh pool, this one an error
+            raise
     else:
         results = [_one(document, chunker, settings) for chunker in chunkers]
     for _, split_ms, guard_ms in results:
@@ -86,6 +92,14 @@ def _shared_pool() -> ProcessPoolExecutor:
             )  # fmt: skip
             atexit.register(shutdown_pool)
         return _pool
+
+
+def _forget(broken: ProcessPoolExecutor) -> None:
+    global _pool
+    with _pool_lock:
+        if _pool is broken:
+            _pool = None
+    broken.shutdown(wait=False, cancel_futures=True)
 
 
 def shutdown_pool() -> None:

@@ -150,7 +150,7 @@ def _errors():
 
 def _prepare(settings: Settings, dsn: str, *, no_migrate: bool = False):
     """Migrate, load the embedder, check it against the database; returns the pipeline."""
-    return _pipelines(settings, dsn, no_migrate=no_migrate)()
+    return _pipelines(settings, dsn, no_migrate=no_migrate, cpu_pool=False)()
 
 
 class _Pipelines:
@@ -158,11 +158,11 @@ class _Pipelines:
     embedding cache connection. `close()` stops the pool and the embedder's background work (a remote client's
     dispatcher)."""
 
-    def __init__(self, settings: Settings, dsn: str, embedder, resources) -> None:
+    def __init__(self, settings: Settings, dsn: str, embedder, resources, cpu_pool: bool) -> None:
         from connector.pool import CpuPool, size_of
 
         self.settings, self.dsn, self.embedder, self.resources = settings, dsn, embedder, resources
-        processes = size_of(settings)
+        processes = size_of(settings) if cpu_pool else 0
         self.pool = CpuPool(settings, processes) if processes else None
 
     def __call__(self):
@@ -184,9 +184,10 @@ class _Pipelines:
         close(self.embedder)
 
 
-def _pipelines(settings: Settings, dsn: str, *, no_migrate: bool = False) -> _Pipelines:
+def _pipelines(settings: Settings, dsn: str, *, no_migrate: bool = False, cpu_pool: bool = True) -> _Pipelines:
     """Migrate (or, with `no_migrate`, check that the schema is current), load the embedder, check it against the
-    database; returns a factory of pipelines sharing it."""
+    database; returns a factory of pipelines sharing it (and, with `cpu_pool`, a CPU pool: for the sidecar's
+    batches; `connector ingest` takes one file at a time, where a pool would only add its start)."""
     from connector import embedders
     from connector.db.database import connect, ensure_embedding_model, migrate, require_migrated
 
@@ -206,7 +207,7 @@ def _pipelines(settings: Settings, dsn: str, *, no_migrate: bool = False) -> _Pi
 
     embedder = embedder or embedders.load_configured(settings)
     resources = Resources.load(settings, embedder)  # before "running": the first start builds the metrics model
-    return _Pipelines(settings, dsn, embedder, resources)
+    return _Pipelines(settings, dsn, embedder, resources, cpu_pool)
 
 
 @app.command()
@@ -306,7 +307,7 @@ def ingest(
         console.print(f"[red]error:[/red] several files would share the key {keys}: ingest them separately")
         raise typer.Exit(2)
     with _errors(), database(settings) as url:
-        pipelines = _pipelines(settings, url, no_migrate=no_migrate)
+        pipelines = _pipelines(settings, url, no_migrate=no_migrate, cpu_pool=False)
         pipeline = pipelines()
         with contextlib.ExitStack() as cleanup, connect(url, autocommit=True) as conn:
             cleanup.callback(pipelines.close)

@@ -54,10 +54,6 @@ class Chooser:
         resources: metrics.Resources | None = None,
         parallel: bool | None = None,
     ) -> Chooser:
-        if resources is None and embedder is None and settings.metrics.model == "same":
-            from connector.embedders import load_configured
-
-            embedder = load_configured(settings)  # a pool process: the metrics need the storage model itself
         resources = resources or metrics.Resources.load(settings, embedder)
         return cls(settings, chunkers.build(settings.chunking), resources, parallel)
 
@@ -113,8 +109,9 @@ class Pipeline:
         self.totals.add(chosen.timings)
         return chosen
 
-    def start(self, source: SourceDocument) -> Future:
-        """`choose` in a pool process (the future is pending), or here, at once (the future is done)."""
+    def start(self, source: SourceDocument, alone: bool = False) -> Future:
+        """`choose` in a pool process (the future is pending; `alone`: with nothing else in the pool, see
+        `CpuPool.submit`), or here, at once (the future is done)."""
         if self.pool is None:
             future: Future = Future()
             try:
@@ -122,7 +119,7 @@ class Pipeline:
             except Exception as exc:
                 future.set_exception(exc)
             return future
-        future = self.pool.submit(source)
+        future = self.pool.submit(source, alone)
         future.add_done_callback(self._count)
         return future
 

@@ -29,6 +29,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+from connector.errors import ConnectorError, FatalError, TransientError
 from connector.models import SourceDocument
 from connector.settings import Settings
 
@@ -37,7 +38,11 @@ log = logging.getLogger(__name__)
 
 def size_of(settings: Settings) -> int:
     """How many pool processes `settings` asks for: `cpu_processes`, or one per usable core (0 on one core, where a
-    pool would only add the cost of shipping documents across)."""
+    pool would only add the cost of shipping documents across; 0 with metrics model 'same')."""
+    if settings.metrics.model == "same":
+        # The metrics embed with the storage model itself: it lives in the sidecar (one copy, maybe an endpoint),
+        # so the documents are chosen there too.
+        return 0
     if settings.cpu_processes is not None:
         return settings.cpu_processes
     cores = usable_cores()
@@ -67,10 +72,52 @@ class CpuPool:
         self.restarts = 0  # pools replaced after one broke (read by tests and logs)
         self._executor: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._closed = False
+        # Who is in the pool: documents side by side, or one suspect alone (see `submit`).
+        self._turns = threading.Condition()
+        self._shared = 0  # documents in flight side by side
+        self._alone = False  # a suspect is in flight
+        self._suspects_waiting = 0
 
-    def submit(self, source: SourceDocument) -> Future:
+    def submit(self, source: SourceDocument, alone: bool = False) -> Future:
         """`Pipeline.choose` of `source` in a pool process; the future holds the `Chosen`, or the error the
-        document raised, or `BrokenProcessPool` when a pool process died meanwhile."""
+        document raised, or `BrokenProcessPool` when a pool process died meanwhile.
+
+        `alone`: a suspect (a document that was in flight when a pool process died) runs with nothing else in the
+        pool, so that if it kills a process again no other document pays for it, whichever worker thread holds
+        them. It waits for the documents in flight to finish; documents submitted meanwhile wait for it. Either
+        wait can be long (a big document): the caller keeps its leases renewed."""
+        self._enter(alone)
+        try:
+            future = self._submit(source)
+        except BaseException:
+            self._leave(alone)
+            raise
+        future.add_done_callback(lambda _: self._leave(alone))
+        return future
+
+    def _enter(self, alone: bool) -> None:
+        with self._turns:
+            if alone:
+                self._suspects_waiting += 1
+                try:
+                    self._turns.wait_for(lambda: not self._alone and self._shared == 0)
+                finally:
+                    self._suspects_waiting -= 1
+                self._alone = True
+            else:
+                self._turns.wait_for(lambda: not self._alone and self._suspects_waiting == 0)
+                self._shared += 1
+
+    def _leave(self, alone: bool) -> None:
+        with self._turns:
+            if alone:
+                self._alone = False
+            else:
+                self._shared -= 1
+            self._turns.notify_all()
+
+    def _submit(self, source: SourceDocument) -> Future:
         for _ in range(2):
             executor = self._current()
             try:
@@ -84,6 +131,8 @@ class CpuPool:
 
     def _current(self) -> ProcessPoolExecutor:
         with self._lock:
+            if self._closed:  # the sidecar is leaving: no new pool for a document that is late
+                raise TransientError("the CPU pool is stopped (the sidecar is shutting down)")
             if self._executor is None:
                 # spawn: the sidecar holds threads (watcher, HTTP, heartbeats) and torch's pools, which do not
                 # survive a fork.
@@ -107,9 +156,10 @@ class CpuPool:
         broken.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
-        """Stop the processes once the documents in flight are done (the sidecar is leaving)."""
+        """Stop the processes once the documents running in them are done (the sidecar is leaving); documents not
+        yet started are cancelled."""
         with self._lock:
-            executor, self._executor = self._executor, None
+            executor, self._executor, self._closed = self._executor, None, True
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
 
@@ -117,9 +167,15 @@ class CpuPool:
         """Stop the processes now, abandoning what they run (a shutdown past its grace period: the documents have
         been handed back already)."""
         with self._lock:
-            executor, self._executor = self._executor, None
+            executor, self._executor, self._closed = self._executor, None, True
         if executor is not None:
             kill(executor)
+
+    @property
+    def running_alone(self) -> bool:
+        """Whether a suspect has the pool to itself now (tests kill its process then)."""
+        with self._turns:
+            return self._alone
 
     def pids(self) -> list[int]:
         """The processes' ids (tests kill one)."""
@@ -152,24 +208,37 @@ def exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-# In each pool process: what `_start` loaded, used by every document it takes.
+# In each pool process: what `_start` loaded, used by every document it takes (or why it could not load).
 _chooser = None
+_start_error: ConnectorError | None = None
 
 
 def _start(settings: Settings, parent: int) -> None:
-    global _chooser
-    # Ctrl-C reaches the whole process group: the sidecar decides what stops and when, not its pool.
+    global _chooser, _start_error
+    # Ctrl-C reaches the whole process group, and so does a SIGTERM sent to it (systemd's default): the sidecar
+    # decides what stops and when, not its pool. A SIGKILLed sidecar is noticed by `exit_with_parent`.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exit_with_parent(parent)
+    from connector import secrets
     from connector.logs import handler
 
+    secrets.register(settings)  # masked in this process's log lines too
     logging.basicConfig(level=logging.WARNING, handlers=[handler(settings.log_format)])
-    from connector.pipeline import Chooser
+    try:
+        from connector.pipeline import Chooser
 
-    _chooser = Chooser.load(settings, parallel=False)  # documents run side by side: strategies one after another
+        _chooser = Chooser.load(settings, parallel=False)  # documents run side by side: strategies one by one
+    except Exception as exc:
+        # Not a document's fault, and not a dying process (which would cost every document in flight a try): each
+        # document is answered with this error, transient (retried with backoff) unless it is a configuration's.
+        kind = FatalError if isinstance(exc, FatalError) else TransientError
+        _start_error = kind(f"a CPU pool process could not load its models: {type(exc).__name__}: {exc}")
 
 
 def _choose(source: SourceDocument):
+    if _chooser is None:
+        raise _start_error or TransientError("a CPU pool process has no pipeline")
     try:
         return _chooser.choose(source)
     except Exception as exc:
@@ -178,3 +247,5 @@ def _choose(source: SourceDocument):
         except Exception:
             raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
         raise
+    except BaseException as exc:  # a library calling sys.exit(): this document's error, not the worker thread's
+        raise RuntimeError(f"{type(exc).__name__}: {exc}") from None

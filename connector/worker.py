@@ -130,10 +130,10 @@ class Worker:
                 return "unchanged"
             tries = f" (try {row.retries + 1} of {self.max_attempts})" if row.retries else ""
             log.info("processing %s%s", row.source_key, tries, extra=context)
-            if self.pipeline.pool is not None:  # a pool process takes it: back at once
-                return Started(row, source, self.pipeline.start(source))
-            with self._heartbeat():  # here, the pipeline runs at once
-                return Started(row, source, self.pipeline.start(source))
+            # Here, the pipeline runs at once; in the pool, a suspect waits for its turn to run alone (and the others
+            # for it), maybe long: either way the leases are renewed meanwhile.
+            with self._heartbeat():
+                return Started(row, source, self.pipeline.start(source, alone=row.abandoned))
         except Exception as exc:
             return self._failed(row, exc, content_hash)
         except BaseException:  # KeyboardInterrupt, SystemExit: give the document back before leaving
@@ -149,7 +149,9 @@ class Worker:
                 with self._heartbeat():
                     futures.wait([future])
             return Ready(row, started.source, future.result())
-        except (BrokenProcessPool, CancelledError):
+        except (BrokenProcessPool, CancelledError) as exc:
+            if self.pipeline.pool is None:  # the candidate pool of a long document: not a CPU pool's death
+                return self._failed(row, exc, started.source.content_hash)
             # Its pool process died (or the pool was stopped), maybe because of another document in flight: as if
             # this worker had died holding it, it is claimed again alone and the death counts as a try.
             error = "the CPU pool process running it (or another document) stopped: crash, kill or out of memory"
@@ -380,28 +382,32 @@ class Worker:
                 if ready and time.monotonic() - first_ready >= FLUSH_SECONDS:
                     flush()
 
-        for row in rows:
-            if stop.is_set():
-                break
-            started_at = time.monotonic()
-            if started_at >= self._next_beat:
-                self._beat()
-            if (row.id, row.attempts) in self._lost:  # requeued or claimed again meanwhile: it would be dropped
-                report(row, "superseded")
-                continue
-            if not row.short and (ready or in_flight):  # a long document next: what is finished is written first
-                settle(0)
-                if ready:
-                    flush()
-            started = self.start(row)
-            n += 1
-            if isinstance(started, Started):
-                in_flight.append((started, started_at))
-            else:
-                report(row, started)
-            # Enough documents in the pool to keep its processes busy; with no pool, each is done already.
-            settle(self.pipeline.in_flight - 1 if row.short else 0)
-        settle(0)  # stopped or not: what is in the pool is finished (short documents, or the grace period's)
+        try:
+            for row in rows:
+                if stop.is_set():
+                    break
+                started_at = time.monotonic()
+                if started_at >= self._next_beat:
+                    self._beat()
+                if (row.id, row.attempts) in self._lost:  # requeued or claimed again meanwhile: it would be dropped
+                    report(row, "superseded")
+                    continue
+                if not row.short and (ready or in_flight):  # a long document next: what is finished is written first
+                    settle(0)
+                    if ready:
+                        flush()
+                started = self.start(row)
+                n += 1
+                if isinstance(started, Started):
+                    in_flight.append((started, started_at))
+                else:
+                    report(row, started)
+                # Enough documents in the pool to keep its processes busy; with no pool, each is done already.
+                settle(self.pipeline.in_flight - 1 if row.short else 0)
+            settle(0)  # stopped or not: what is in the pool is finished (short documents, or the grace period's)
+        finally:  # left by an exception: what is still in the pool is nobody's now (`drain` hands the rows back)
+            for started, _ in in_flight:
+                started.future.cancel()
         if ready:
             flush()
         self._release_held()  # stopped mid-batch: the rest goes straight back to the queue

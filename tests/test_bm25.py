@@ -92,6 +92,12 @@ def test_postings_follow_the_chunks_when_replaced_or_deleted(settings: Settings)
         assert conn.execute(POSTING_MISMATCHES).fetchall() == []
         conn.execute("TRUNCATE connector.chunks CASCADE")
         assert conn.execute("SELECT count(*) FROM connector.chunk_terms").fetchone() == (0,)
+        # The trigger functions run with the owner's rights: nobody else may call them (or attach them elsewhere).
+        granted = conn.execute("""
+            SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') FROM pg_proc p
+            WHERE p.pronamespace = 'connector'::regnamespace AND p.proname LIKE 'chunk_terms_follow_%'
+        """).fetchall()  # fmt: skip
+        assert sorted(granted) == [("chunk_terms_follow_delete", False), ("chunk_terms_follow_truncate", False)]
 
 
 def test_a_question_of_stop_words_only_is_ranked_by_vectors(settings: Settings) -> None:

@@ -193,3 +193,87 @@ def test_a_document_that_kills_its_pool_process_every_time_fails_alone(settings:
         assert conn.execute("SELECT count(DISTINCT document_id) FROM connector.chunks").fetchone() == (6,)
         assert set(dict(conn.execute("SELECT id, status FROM connector.documents WHERE status = 'done'"))) == set(ids)
         assert_consistent(conn)
+
+
+def test_a_pool_that_cannot_load_its_models_retries_with_backoff_and_kills_no_document(settings, tmp_path) -> None:
+    """A pool process whose models cannot load (here: the models folder is a file) is not a document killing its
+    process: each document gets the loading error as a transient failure, with backoff, and no try is blamed on a
+    death."""
+    (tmp_path / "file").write_text("not a folder")
+    broken = settings.model_copy(update={"models_dir": tmp_path / "file" / "models"})
+    pool = CpuPool(broken, 1)
+    try:
+        with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+            ids = _insert(conn, 3)
+            s = settings.model_copy(update={"max_attempts": 5, "retry_base_seconds": 60.0})
+            results: dict[int, str] = {}
+            Worker(conn, Pipeline(s, FakeEmbedder(), pool=pool), []).drain(
+                threading.Event(), lambda row, result: results.__setitem__(row.id, result)
+            )
+            assert results == {i: "retry" for i in ids}
+            rows = conn.execute("SELECT status, retries, retry_after > now() + interval '30 seconds', last_error "
+                                "FROM connector.documents ORDER BY id").fetchall()  # fmt: skip
+            for status, retries, backing_off, error in rows:
+                assert (status, retries, backing_off) == ("pending", 1, True)
+                assert "could not load its models" in error and "NotADirectoryError" in error, error
+            assert pool.restarts == 0, "the pool did not break: its process stayed up and answered"
+    finally:
+        pool.close()
+
+
+def test_with_two_worker_threads_only_the_document_that_kills_its_process_fails(settings, pool) -> None:
+    """Documents in flight when a pool process dies are suspects: each is claimed again alone and runs alone in the
+    pool, so when the culprit kills its process again, no document of another worker thread is in there with it."""
+    dsn = settings.dsn.get_secret_value()
+    with connect(dsn, autocommit=True) as conn:
+        ids = _insert(conn, 4, "a") + _insert(conn, 4, "b")
+        poison = conn.execute("INSERT INTO connector.documents (source_key, content) VALUES ('poison', %s) "
+                              "RETURNING id", (BIG,)).fetchone()[0]  # fmt: skip
+        ids += _insert(conn, 8, "c")
+    s = settings.model_copy(update={"batch_size": 4, "max_attempts": 3, "retry_base_seconds": 0.0})
+    stop = threading.Event()
+    kills: list[int] = []
+
+    def kill_whenever_the_poison_runs() -> None:
+        with psycopg.connect(dsn, autocommit=True) as watch:
+            while not stop.is_set():
+                row = watch.execute("SELECT attempts FROM connector.documents WHERE id = %s AND status = "
+                                    "'processing' AND lease_expires_at > now()", (poison,)).fetchone()  # fmt: skip
+                # A document that crashes its process does so while it runs: on its first try beside others, then
+                # alone (a suspect waits for the pool to empty, and that wait must not be mistaken for running).
+                if row and row[0] not in kills and pool.pids() and (not kills or pool.running_alone):
+                    time.sleep(0.5)  # in the pool by now: seconds of work
+                    kills.append(row[0])
+                    _kill_pool(pool)
+                time.sleep(0.05)
+
+    def work() -> None:
+        with connect(dsn, autocommit=True) as own:
+            worker = Worker(own, Pipeline(s, FakeEmbedder(), pool=pool), [])
+            deadline = time.monotonic() + 120
+            while not stop.is_set() and time.monotonic() < deadline:
+                if not worker.drain(stop):
+                    time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_whenever_the_poison_runs)
+    workers = [threading.Thread(target=work) for _ in range(2)]
+    for t in [killer, *workers]:
+        t.start()
+    try:
+        with connect(dsn, autocommit=True) as conn:
+            deadline = time.monotonic() + 120
+            while _status(conn) != {"done": 16, "failed": 1} and time.monotonic() < deadline:
+                time.sleep(0.2)
+    finally:
+        stop.set()
+        for t in [killer, *workers]:
+            t.join()
+    with connect(dsn, autocommit=True) as conn:
+        assert _status(conn) == {"done": 16, "failed": 1}
+        error = conn.execute("SELECT last_error FROM connector.documents WHERE id = %s", (poison,)).fetchone()[0]
+        assert "gave up after 3 tries" in error, error
+        assert len(kills) == 3
+        claims = dict(conn.execute("SELECT id, attempts FROM connector.documents WHERE id <> %s", (poison,)).fetchall())
+        # Only the first death can catch another document in the pool (the culprit was not yet a suspect).
+        assert all(claims[i] <= 2 for i in ids), claims
+        assert_consistent(conn)

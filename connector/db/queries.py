@@ -129,7 +129,8 @@ SET status = 'processing', attempts = attempts + 1, updated_at = now(), claimed_
 FROM picked p
 WHERE d.id = p.id
   AND CASE WHEN p.first_abandoned IS NULL THEN p.n = 1 OR p.upto <= %(max_bytes)s ELSE p.id = p.first_abandoned END
-RETURNING {", ".join("d." + c.strip() for c in _CLAIMED_COLUMNS.split(","))}, d.retries
+RETURNING {", ".join("d." + c.strip() for c in _CLAIMED_COLUMNS.split(","))}, d.retries,
+          p.first_abandoned IS NOT NULL AS abandoned
 """
 
 # The leases of a batch, one statement; the ids still ours come back.
@@ -265,10 +266,11 @@ SET status = 'pending', attempts = attempts + 1, lease_expires_at = NULL, claime
 WHERE id = %(id)s AND attempts = %(token)s AND status = 'processing'
 """
 
-# The lease ends now (`CLAIM_BATCH` takes an expired row alone and counts the try); the claim token stays ours.
+# The lease ends now (`CLAIM_BATCH` takes an expired row alone and counts the try). Nobody holds it any more (a
+# reconnecting worker's `RELEASE_MINE` must not make it an ordinary pending row).
 ABANDON = """
 UPDATE connector.documents
-SET lease_expires_at = now() - interval '1 second', last_error = %(error)s, updated_at = now()
+SET lease_expires_at = now() - interval '1 second', last_error = %(error)s, updated_at = now(), claimed_by = NULL
 WHERE id = %(id)s AND attempts = %(token)s AND status = 'processing'
 """
 

@@ -48,6 +48,7 @@ class ClaimedRow:
     content_hash: str | None  # hash of the bytes the stored chunks came from, if any
     attempts: int  # the claim token: our writes land only while the row still carries it
     retries: int = 0  # tries that failed or were abandoned since the content last changed (this one not counted)
+    abandoned: bool = False  # claimed from a holder that died (alone): a suspect, run alone in the CPU pool
 
     @property
     def short(self) -> bool:

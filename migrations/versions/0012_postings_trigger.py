@@ -8,7 +8,7 @@ the postings of deleted chunks (ON DELETE CASCADE, also when a document's deleti
 here once per statement from its transition table, and TRUNCATE of the chunks empties the postings too.
 
 Both functions are SECURITY DEFINER (like the foreign key's own actions, which run as the table's owner): a role
-that may delete chunks need not be granted anything on the postings.
+that may delete chunks need not be granted anything on the postings. EXECUTE on them is revoked from PUBLIC.
 
 Revision ID: 0012
 Revises: 0011
@@ -45,6 +45,11 @@ def upgrade() -> None:
         END $$;
         CREATE TRIGGER chunk_terms_follow_truncate AFTER TRUNCATE ON connector.chunks
             FOR EACH STATEMENT EXECUTE FUNCTION connector.chunk_terms_follow_truncate();
+
+        -- As migration 0003 does for its trigger functions: nobody may call them (nor attach them to a table of
+        -- their own to empty the postings with the owner's rights); triggers run them regardless.
+        REVOKE EXECUTE ON FUNCTION connector.chunk_terms_follow_delete() FROM PUBLIC;
+        REVOKE EXECUTE ON FUNCTION connector.chunk_terms_follow_truncate() FROM PUBLIC;
         """
     )
 
