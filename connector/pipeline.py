@@ -9,6 +9,7 @@ instead of one per document). No database access here (but the embedding cache's
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -109,9 +110,11 @@ class Pipeline:
         self.totals.add(chosen.timings)
         return chosen
 
-    def start(self, source: SourceDocument, alone: bool = False) -> Future:
-        """`choose` in a pool process (the future is pending; `alone`: with nothing else in the pool, see
-        `CpuPool.submit`), or here, at once (the future is done)."""
+    def start(
+        self, source: SourceDocument, alone: bool = False, while_waiting: Callable[[], None] = lambda: None
+    ) -> Future:
+        """`choose` in a pool process (the future is pending; `alone` and `while_waiting`: see `CpuPool.submit`), or
+        here, at once (the future is done)."""
         if self.pool is None:
             future: Future = Future()
             try:
@@ -119,7 +122,7 @@ class Pipeline:
             except Exception as exc:
                 future.set_exception(exc)
             return future
-        future = self.pool.submit(source, alone)
+        future = self.pool.submit(source, alone, while_waiting)
         future.add_done_callback(self._count)
         return future
 

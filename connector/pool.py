@@ -25,6 +25,7 @@ import pickle
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -79,15 +80,18 @@ class CpuPool:
         self._alone = False  # a suspect is in flight
         self._suspects_waiting = 0
 
-    def submit(self, source: SourceDocument, alone: bool = False) -> Future:
+    def submit(
+        self, source: SourceDocument, alone: bool = False, while_waiting: Callable[[], None] = lambda: None
+    ) -> Future:
         """`Pipeline.choose` of `source` in a pool process; the future holds the `Chosen`, or the error the
         document raised, or `BrokenProcessPool` when a pool process died meanwhile.
 
         `alone`: a suspect (a document that was in flight when a pool process died) runs with nothing else in the
         pool, so that if it kills a process again no other document pays for it, whichever worker thread holds
         them. It waits for the documents in flight to finish; documents submitted meanwhile wait for it. Either
-        wait can be long (a big document): the caller keeps its leases renewed."""
-        self._enter(alone)
+        wait can be long (a big document): `while_waiting` is called every second of it (the worker renews its
+        leases)."""
+        self._enter(alone, while_waiting)
         try:
             future = self._submit(source)
         except BaseException:
@@ -96,18 +100,27 @@ class CpuPool:
         future.add_done_callback(lambda _: self._leave(alone))
         return future
 
-    def _enter(self, alone: bool) -> None:
-        with self._turns:
+    def _enter(self, alone: bool, while_waiting: Callable[[], None]) -> None:
+        def free() -> bool:
             if alone:
-                self._suspects_waiting += 1
-                try:
-                    self._turns.wait_for(lambda: not self._alone and self._shared == 0)
-                finally:
-                    self._suspects_waiting -= 1
-                self._alone = True
-            else:
-                self._turns.wait_for(lambda: not self._alone and self._suspects_waiting == 0)
-                self._shared += 1
+                return not self._alone and self._shared == 0
+            return not self._alone and self._suspects_waiting == 0
+
+        with self._turns:
+            self._suspects_waiting += alone
+        try:
+            while True:
+                with self._turns:
+                    if free() or (self._turns.wait(timeout=1.0) and free()):
+                        if alone:
+                            self._alone = True
+                        else:
+                            self._shared += 1
+                        return
+                while_waiting()  # outside the lock: it may take a round trip to the database
+        finally:
+            with self._turns:
+                self._suspects_waiting -= alone
 
     def _leave(self, alone: bool) -> None:
         with self._turns:

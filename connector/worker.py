@@ -130,10 +130,12 @@ class Worker:
                 return "unchanged"
             tries = f" (try {row.retries + 1} of {self.max_attempts})" if row.retries else ""
             log.info("processing %s%s", row.source_key, tries, extra=context)
-            # Here, the pipeline runs at once; in the pool, a suspect waits for its turn to run alone (and the others
-            # for it), maybe long: either way the leases are renewed meanwhile.
-            with self._heartbeat():
-                return Started(row, source, self.pipeline.start(source, alone=row.abandoned))
+            if self.pipeline.pool is None:
+                with self._heartbeat():  # the pipeline runs here, at once
+                    return Started(row, source, self.pipeline.start(source))
+            # A suspect waits for its turn to run alone in the pool (and the others for it), maybe long: this thread
+            # renews the leases meanwhile, its connection being idle.
+            return Started(row, source, self.pipeline.start(source, row.abandoned, self._beat_if_due))
         except Exception as exc:
             return self._failed(row, exc, content_hash)
         except BaseException:  # KeyboardInterrupt, SystemExit: give the document back before leaving
@@ -145,9 +147,9 @@ class Worker:
         """Wait for a started document: ready to be written, or what became of it."""
         row, future = started.row, started.future
         try:
-            if not future.done():
-                with self._heartbeat():
-                    futures.wait([future])
+            while not future.done():  # this thread renews the leases while it waits (its connection is idle)
+                futures.wait([future], timeout=max(0.0, self._next_beat - time.monotonic()))
+                self._beat_if_due()
             return Ready(row, started.source, future.result())
         except (BrokenProcessPool, CancelledError) as exc:
             if self.pipeline.pool is None:  # the candidate pool of a long document: not a CPU pool's death
@@ -284,6 +286,10 @@ class Worker:
             return "failed"
         log.warning("retrying %s in %.0f s: %s", row.source_key, delay, error, extra=context)
         return "retry"
+
+    def _beat_if_due(self) -> None:
+        if time.monotonic() >= self._next_beat:
+            self._beat()
 
     def _beat(self) -> None:
         """Extend the leases of the rows in hand (every third of the lease; see `_heartbeat`)."""

@@ -277,3 +277,38 @@ def test_with_two_worker_threads_only_the_document_that_kills_its_process_fails(
         # Only the first death can catch another document in the pool (the culprit was not yet a suspect).
         assert all(claims[i] <= 2 for i in ids), claims
         assert_consistent(conn)
+
+
+def test_the_leases_of_documents_in_the_pool_are_renewed_while_the_worker_waits(settings, pool) -> None:
+    """A 1-second lease and a document that takes seconds in the pool: the worker renews it (from its own thread,
+    while it waits), so nobody could claim it meanwhile and its result is written, not dropped."""
+    dsn = settings.dsn.get_secret_value()
+    with connect(dsn, autocommit=True) as conn:
+        big = conn.execute("INSERT INTO connector.documents (source_key, content) VALUES ('big', %s) RETURNING id",
+                           (BIG,)).fetchone()[0]  # fmt: skip
+        s = settings.model_copy(update={"lease_seconds": 1})
+        expired: list[bool] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            with psycopg.connect(dsn, autocommit=True) as other:
+                while not stop.is_set():
+                    row = other.execute("SELECT status = 'processing' AND lease_expires_at < now() "
+                                        "FROM connector.documents WHERE id = %s", (big,)).fetchone()  # fmt: skip
+                    expired.append(bool(row and row[0]))
+                    time.sleep(0.1)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        results: list[str] = []
+        started = time.monotonic()
+        try:
+            Worker(conn, Pipeline(s, FakeEmbedder(), pool=pool), []).drain(
+                threading.Event(), lambda row, result: results.append(result)
+            )
+        finally:
+            stop.set()
+            watcher.join()
+        assert time.monotonic() - started > 2, "the document outlived its lease several times over"
+        assert results == ["done"] and not any(expired), "its lease never ran out"
+        assert conn.execute("SELECT attempts FROM connector.documents WHERE id = %s", (big,)).fetchone() == (1,)
