@@ -140,11 +140,12 @@ def rows_bench_print(settings, runs) -> None:
     n = len(settings.chunking.strategy_names)
     title = f"{runs[0].rows} rows, {n} strategies, embedder {settings.embedder}"
     table = Table("processes", "rows (failed)", "chunks", "wall (s)", "rows/s", "chunks/s", "chars/s",
-                  "RSS start → end (MB)", title=title)  # fmt: skip
+                  "RSS start → end (MB)", "CPU pool RSS start → end (MB)", title=title)  # fmt: skip
     for r in runs:
         rss = ", ".join(f"{p.rss_start_mb:.0f} → {p.rss_end_mb:.0f}" for p in r.processes)
+        pools = "; ".join(", ".join(f"{a:.0f} → {b:.0f}" for a, b in p.pool_rss_mb) or "none" for p in r.processes)
         table.add_row(str(r.workers), f"{r.done} ({r.failed})", str(r.chunks), f"{r.wall_s:.2f}",
-                      f"{r.rows_per_s:.1f}", f"{r.chunks_per_s:.1f}", f"{r.chars_per_s:,.0f}", rss)  # fmt: skip
+                      f"{r.rows_per_s:.1f}", f"{r.chunks_per_s:.1f}", f"{r.chars_per_s:,.0f}", rss, pools)  # fmt: skip
     out.print(table)
     stages = Table("stage (ms per row)", *(f"{r.workers} process(es)" for r in runs))
     names = sorted({s for r in runs for s in r.stage_ms_per_row()}, key=lambda s: -runs[0].stage_ms_per_row().get(s, 0))

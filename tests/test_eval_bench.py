@@ -123,6 +123,11 @@ def test_bench_rows_drains_distinct_rows_of_paragraphs_and_reports_rates_stages_
     assert {"convert", "candidates", "metric:icc", "embed", "write"} <= set(only["stage_ms_per_row"])
     (process,) = only["processes"]
     assert process["documents"] == 40 and process["rss_end_mb"] > 0
+    from connector.pool import size_of
+    from connector.settings import Settings
+
+    # The CPU pool's processes, as `connector run` starts them (one per core: none on one core), report theirs.
+    assert len(process["pool_rss_mb"]) == size_of(Settings()) and all(b > 0 for _, b in process["pool_rss_mb"])
     assert scratch_databases(dsn) == []
     (tmp_path / "empty").mkdir()
     nothing = run(tmp_path, "bench", str(tmp_path / "empty"), "--rows", "5", "--dsn", dsn)

@@ -42,6 +42,7 @@ class ProcessReport:
     rss_start_mb: float  # after loading, before the first row
     rss_end_mb: float
     peak_rss_mb: float
+    pool_rss_mb: list[tuple[float, float]] = field(default_factory=list)  # each CPU pool process: start, end
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,16 @@ def workload(paths: list[Path], rows: int, chars: int) -> list[Row]:
     return out
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+def _rss_mb(pid: int | str = "self") -> float:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+    except OSError:  # a pool process that is gone
+        return 0.0
+
+
+def _pool_rss(pool) -> dict[int, float]:
+    return {pid: _rss_mb(pid) for pid in pool.pids()} if pool is not None else {}
 
 
 def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop, out: mp.Queue) -> None:
@@ -126,11 +134,13 @@ def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop, out: mp.Q
             future.result()
     ready.put(True)
     start = _rss_mb()
+    pool_start = _pool_rss(pool)
     first = [pipelines[0]]
     try:
         sidecar.run(settings, dsn, lambda: first.pop() if first else make(), stop, watch=False)
     finally:
         candidates.shutdown_pool()  # a process started by multiprocessing waits for its pool's children
+        pool_end = _pool_rss(pool)  # the same processes unless one died (then a fresh one's)
         if pool is not None:
             pool.close()
         close(embedder)
@@ -140,7 +150,8 @@ def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop, out: mp.Q
             stages[stage] = stages.get(stage, 0.0) + ms
     done = sum(p.runs for p in pipelines)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out.put(ProcessReport(done, stages, start, _rss_mb(), peak))
+    pools = [(pool_start.get(pid, 0.0), rss) for pid, rss in pool_end.items()]
+    out.put(ProcessReport(done, stages, start, _rss_mb(), peak, pools))
 
 
 def run(settings: Settings, dsn: str, rows: list[Row], workers: int) -> RowsRun:
