@@ -118,17 +118,18 @@ class Pipeline:
         if self.pool is None:
             future: Future = Future()
             try:
-                future.set_result(self.choose(source))
+                future.set_result(self.chooser.choose(source))
             except Exception as exc:
                 future.set_exception(exc)
             return future
-        future = self.pool.submit(source, alone, while_waiting)
-        future.add_done_callback(self._count)
-        return future
+        return self.pool.submit(source, alone, while_waiting)
 
-    def _count(self, future: Future) -> None:
-        if not future.cancelled() and future.exception() is None:
-            self.totals.add(future.result().timings)
+    def chosen(self, future: Future) -> Chosen:
+        """The result of a `start`ed document, its stages counted in `totals` (here: in the caller's thread, the
+        one that also counts the batch's embed and write)."""
+        chosen = future.result()
+        self.totals.add(chosen.timings)
+        return chosen
 
     def embed(self, chosen: list[Chosen]) -> list[Outcome]:
         """Embed the winners' chunks of several documents in one call (one request, or as few as the endpoint's

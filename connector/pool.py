@@ -63,6 +63,9 @@ def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
     return cores
 
 
+SUSPECT_WAIT_S = 120.0
+
+
 class CpuPool:
     """A `ProcessPoolExecutor` of `processes` started on first use, replaced when it breaks, shared by the worker
     threads of one process."""
@@ -101,10 +104,14 @@ class CpuPool:
         return future
 
     def _enter(self, alone: bool, while_waiting: Callable[[], None]) -> None:
+        # A document waits for a suspect at most SUSPECT_WAIT_S: one that hangs must not stall every worker thread
+        # (past that wait, they share the pool with it again).
+        deadline = time.monotonic() + SUSPECT_WAIT_S
+
         def free() -> bool:
             if alone:
                 return not self._alone and self._shared == 0
-            return not self._alone and self._suspects_waiting == 0
+            return (not self._alone and self._suspects_waiting == 0) or time.monotonic() >= deadline
 
         with self._turns:
             self._suspects_waiting += alone
@@ -138,9 +145,11 @@ class CpuPool:
             except BrokenProcessPool:  # broke since it was handed out: once more, on a fresh one
                 self._replace(executor)
                 continue
+            except RuntimeError as exc:  # "cannot schedule new futures after shutdown": closed meanwhile
+                raise TransientError("the CPU pool is stopped (the sidecar is shutting down)") from exc
             future.add_done_callback(lambda f, ex=executor: self._check(f, ex))
             return future
-        raise BrokenProcessPool("the CPU pool broke twice in a row while starting")
+        raise TransientError("the CPU pool broke twice in a row while starting its processes")
 
     def _current(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -184,6 +193,14 @@ class CpuPool:
         if executor is not None:
             kill(executor)
 
+    def warm(self, timeout: float = 300.0) -> None:
+        """Start every process and wait until each has loaded its models (`connector bench`: outside the clock)."""
+        ready: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(ready) < self.processes and time.monotonic() < deadline:
+            executor = self._current()
+            ready |= {f.result() for f in [executor.submit(_ready) for _ in range(4 * self.processes)]}
+
     @property
     def running_alone(self) -> bool:
         """Whether a suspect has the pool to itself now (tests kill its process then)."""
@@ -224,10 +241,11 @@ def exit_with_parent(parent: int) -> None:
 # In each pool process: what `_start` loaded, used by every document it takes (or why it could not load).
 _chooser = None
 _start_error: ConnectorError | None = None
+_settings: Settings | None = None
 
 
 def _start(settings: Settings, parent: int) -> None:
-    global _chooser, _start_error
+    global _settings
     # Ctrl-C reaches the whole process group, and so does a SIGTERM sent to it (systemd's default): the sidecar
     # decides what stops and when, not its pool. A SIGKILLed sidecar is noticed by `exit_with_parent`.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -238,18 +256,35 @@ def _start(settings: Settings, parent: int) -> None:
 
     secrets.register(settings)  # masked in this process's log lines too
     logging.basicConfig(level=logging.WARNING, handlers=[handler(settings.log_format)])
+    _settings = settings
+    _load()
+
+
+def _load() -> None:
+    global _chooser, _start_error
     try:
         from connector.pipeline import Chooser
 
-        _chooser = Chooser.load(settings, parallel=False)  # documents run side by side: strategies one by one
+        _chooser = Chooser.load(_settings, parallel=False)  # documents run side by side: strategies one by one
+        _start_error = None
     except Exception as exc:
-        # Not a document's fault, and not a dying process (which would cost every document in flight a try): each
-        # document is answered with this error, transient (retried with backoff) unless it is a configuration's.
+        # Not a document's fault, and not a dying process (which would cost every document in flight a try): the
+        # document is answered with this error, transient (retried with backoff) unless it is a configuration's;
+        # the next document tries loading again (memory may have been short only while every process loaded).
+        log.warning("a CPU pool process could not load its models: %s: %s", type(exc).__name__, exc)
         kind = FatalError if isinstance(exc, FatalError) else TransientError
         _start_error = kind(f"a CPU pool process could not load its models: {type(exc).__name__}: {exc}")
 
 
+def _ready() -> int:
+    if _chooser is None:
+        _load()
+    return os.getpid()
+
+
 def _choose(source: SourceDocument):
+    if _chooser is None:
+        _load()
     if _chooser is None:
         raise _start_error or TransientError("a CPU pool process has no pipeline")
     try:

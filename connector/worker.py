@@ -150,7 +150,7 @@ class Worker:
             while not future.done():  # this thread renews the leases while it waits (its connection is idle)
                 futures.wait([future], timeout=max(0.0, self._next_beat - time.monotonic()))
                 self._beat_if_due()
-            return Ready(row, started.source, future.result())
+            return Ready(row, started.source, self.pipeline.chosen(future))
         except (BrokenProcessPool, CancelledError) as exc:
             if self.pipeline.pool is None:  # the candidate pool of a long document: not a CPU pool's death
                 return self._failed(row, exc, started.source.content_hash)
@@ -411,9 +411,12 @@ class Worker:
                 # Enough documents in the pool to keep its processes busy; with no pool, each is done already.
                 settle(self.pipeline.in_flight - 1 if row.short else 0)
             settle(0)  # stopped or not: what is in the pool is finished (short documents, or the grace period's)
-        finally:  # left by an exception: what is still in the pool is nobody's now (`drain` hands the rows back)
-            for started, _ in in_flight:
-                started.future.cancel()
+        finally:
+            # Left by an exception, what is still in the pool is nobody's now (`drain` hands the rows back); it runs
+            # to its end. NOTE: not `Future.cancel()`: Python 3.11's ProcessPoolExecutor keeps a cancelled item in
+            # its table, and if a pool process then dies, its manager thread fails on that item and never answers the
+            # other documents in flight (fixed in later versions).
+            in_flight.clear()
         if ready:
             flush()
         self._release_held()  # stopped mid-batch: the rest goes straight back to the queue

@@ -129,6 +129,7 @@ def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop, out: mp.Q
 
     make()  # load the metrics model before the clock starts
     if pool is not None:  # and the pool's processes, each with its own
+        pool.warm()
         warm = SourceDocument(0, "sql", "warm-up", None, b"Warm up.", "text/plain", "")
         for future in [pool.submit(warm) for _ in range(processes * 4)]:
             future.result()
