@@ -58,6 +58,13 @@ class CorruptingPipeline(Pipeline):
         return outcomes
 
 
+def _spoil(conn: psycopg.Connection, unwritable: int, corrupt: int) -> None:
+    """One row whose write fails (see `CorruptingPipeline`), one whose conversion does (a truncated PDF)."""
+    conn.execute("UPDATE connector.documents SET content = content || ' poison' WHERE id = %s", (unwritable,))
+    conn.execute("UPDATE connector.documents SET content = NULL, content_bytes = %s, mime_type = "
+                 "'application/pdf' WHERE id = %s", (b"%PDF-1.7 truncated", corrupt))  # fmt: skip
+
+
 def _status(conn: psycopg.Connection) -> dict[str, int]:
     return dict(conn.execute("SELECT status, count(*) FROM connector.documents GROUP BY 1").fetchall())
 
@@ -116,9 +123,7 @@ def test_a_row_claimed_again_meanwhile_is_dropped_from_the_batch_and_the_rest_is
 def test_one_document_that_cannot_be_written_or_converted_fails_alone(settings: Settings) -> None:
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         ids = _insert(conn, 9)
-        conn.execute("UPDATE connector.documents SET content = content || ' poison' WHERE id = %s", (ids[3],))
-        conn.execute("UPDATE connector.documents SET content = NULL, content_bytes = %s, mime_type = "
-                     "'application/pdf' WHERE id = %s", (b"%PDF-1.7 truncated", ids[6]))  # fmt: skip
+        _spoil(conn, unwritable=ids[3], corrupt=ids[6])
         s = settings.model_copy(update={"batch_size": 9, "max_attempts": 1})
         worker = Worker(conn, CorruptingPipeline(s, FakeEmbedder()), [])
         results: dict[int, str] = {}

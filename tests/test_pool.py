@@ -22,7 +22,7 @@ from connector.settings import Settings
 from connector.worker import Worker
 from tests.conftest import FIXTURES
 from tests.dbchecks import assert_consistent
-from tests.test_batches import CorruptingPipeline, _insert, _status
+from tests.test_batches import CorruptingPipeline, _insert, _spoil, _status
 
 BIG = (FIXTURES / "apache-2.0.txt").read_text() * 40  # ~450 KB of text: seconds in a pool process
 
@@ -63,9 +63,7 @@ def test_the_pool_size_follows_the_cores_the_cgroup_quota_and_the_setting(settin
 def test_documents_chosen_in_pool_processes_are_written_and_a_bad_one_fails_alone(settings, pool) -> None:
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         ids = _insert(conn, 12)
-        conn.execute("UPDATE connector.documents SET content = content || ' poison' WHERE id = %s", (ids[3],))
-        conn.execute("UPDATE connector.documents SET content = NULL, content_bytes = %s, mime_type = "
-                     "'application/pdf' WHERE id = %s", (b"%PDF-1.7 truncated", ids[6]))  # fmt: skip
+        _spoil(conn, unwritable=ids[3], corrupt=ids[6])
         s = settings.model_copy(update={"batch_size": 12, "max_attempts": 1})
         pipeline = CorruptingPipeline(s, FakeEmbedder(), pool=pool)
         assert pipeline.in_flight == 4
