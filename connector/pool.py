@@ -3,15 +3,15 @@ metrics, selection), so that one sidecar uses every core.
 
 Those stages are Python and hold the GIL: worker threads of one process share one core, however many there are.
 `CONNECTOR_CPU_PROCESSES` processes (default: one per core this process may use, its cgroup's CPU quota included;
-none on a single core) each load
-the chunkers and the metric models once, then take documents as the worker threads submit them. Embedding and
-writing stay in the sidecar: a pool process holds no connection and keeps no state between documents.
+none on a single core) each load the chunkers and the metric models once, then take documents as the worker threads
+submit them. Embedding and writing stay in the sidecar: a pool process holds no connection and keeps no state
+between documents.
 
 A pool process that dies (killed, out of memory, a crash in a native library) breaks the whole pool:
 `ProcessPoolExecutor` fails every document in flight with `BrokenProcessPool`, and the next submission starts a fresh
 pool. Nobody can tell which document killed it, so the worker treats each of those documents as if the sidecar had
-died holding it (`Store.abandon`): claimed again alone, the death counting as a try. The culprit fails after
-`max_attempts`; the others go through on their own.
+died holding it (`Store.abandon`): claimed again alone, the death counting as a try, and run alone in the pool (a
+suspect: see `CpuPool.submit`). The culprit fails after `max_attempts`; the others go through.
 """
 
 from __future__ import annotations

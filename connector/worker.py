@@ -312,8 +312,9 @@ class Worker:
 
     @contextlib.contextmanager
     def _heartbeat(self) -> Iterator[None]:
-        """While the pipeline runs, a thread beats on the worker's connection (idle then) when the next beat is
-        due; between documents the worker beats itself (`_beat`), so the connection never serves two threads."""
+        """While the pipeline or the embedder runs here, a thread beats on the worker's connection (idle then) when
+        the next beat is due; between documents, and while it waits on the CPU pool, the worker beats itself
+        (`_beat_if_due`), so the connection never serves two threads."""
         done = threading.Event()
 
         def beat() -> None:
@@ -388,35 +389,31 @@ class Worker:
                 if ready and time.monotonic() - first_ready >= FLUSH_SECONDS:
                     flush()
 
-        try:
-            for row in rows:
-                if stop.is_set():
-                    break
-                started_at = time.monotonic()
-                if started_at >= self._next_beat:
-                    self._beat()
-                if (row.id, row.attempts) in self._lost:  # requeued or claimed again meanwhile: it would be dropped
-                    report(row, "superseded")
-                    continue
-                if not row.short and (ready or in_flight):  # a long document next: what is finished is written first
-                    settle(0)
-                    if ready:
-                        flush()
-                started = self.start(row)
-                n += 1
-                if isinstance(started, Started):
-                    in_flight.append((started, started_at))
-                else:
-                    report(row, started)
-                # Enough documents in the pool to keep its processes busy; with no pool, each is done already.
-                settle(self.pipeline.in_flight - 1 if row.short else 0)
-            settle(0)  # stopped or not: what is in the pool is finished (short documents, or the grace period's)
-        finally:
-            # Left by an exception, what is still in the pool is nobody's now (`drain` hands the rows back); it runs
-            # to its end. NOTE: not `Future.cancel()`: Python 3.11's ProcessPoolExecutor keeps a cancelled item in
-            # its table, and if a pool process then dies, its manager thread fails on that item and never answers the
-            # other documents in flight (fixed in later versions).
-            in_flight.clear()
+        # Left by an exception, what is still in the pool is nobody's (`drain` hands the rows back) and runs to its
+        # end. NOTE: never `Future.cancel()` it: Python 3.11's ProcessPoolExecutor keeps a cancelled item in its table,
+        # and if a pool process then dies, its manager thread fails on that item and never answers the other
+        # documents in flight (fixed in later versions).
+        for row in rows:
+            if stop.is_set():
+                break
+            started_at = time.monotonic()
+            self._beat_if_due()
+            if (row.id, row.attempts) in self._lost:  # requeued or claimed again meanwhile: it would be dropped
+                report(row, "superseded")
+                continue
+            if not row.short and (ready or in_flight):  # a long document next: what is finished is written first
+                settle(0)
+                if ready:
+                    flush()
+            started = self.start(row)
+            n += 1
+            if isinstance(started, Started):
+                in_flight.append((started, started_at))
+            else:
+                report(row, started)
+            # Enough documents in the pool to keep its processes busy; with no pool, each is done already.
+            settle(self.pipeline.in_flight - 1 if row.short else 0)
+        settle(0)  # stopped or not: what is in the pool is finished (short documents, or the grace period's)
         if ready:
             flush()
         self._release_held()  # stopped mid-batch: the rest goes straight back to the queue
