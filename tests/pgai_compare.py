@@ -107,6 +107,7 @@ def main() -> None:
     parser.add_argument("--chars", type=int, default=2400)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, help="write every run as JSON here")
+    parser.add_argument("--arms", help="only these arms, by number from 1, comma-separated (default: all)")
     args = parser.parse_args()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -142,6 +143,8 @@ def main() -> None:
                 lambda: ours_arm(no_pool, admin, rows, 1, "openai stub, no CPU pool"),
                 lambda: ours_arm(no_pool, admin, rows, 2, "openai stub, no CPU pool"),
             ]
+            if args.arms:
+                arms = [arms[int(n) - 1] for n in args.arms.split(",")]
             for arm in arms:
                 result = {"round": round_no, **arm()}
                 results.append(result)

@@ -332,3 +332,60 @@ def test_candidates_with_the_same_chunks_are_scored_once_and_alike(tmp_path) -> 
     assert first.metrics["sc"] < second.metrics["sc"] == 1.0, "SC reads each strategy's own sizes"
     alone = DocumentMetrics(doc, settings, Resources(encoder, HeuristicCoref())).score(b)
     assert alone.metrics == second.metrics
+
+
+# Texts for the fast paths' properties: words, every space `_UNIT` stops at, and Python whitespace it does not.
+_SPACES_AND_NOT = " \t\n\r\u00a0\u1680\u2000\u2005\u200a\u202f\u205f\u3000\x0b\x0c\x1c\u0085\u2028"
+_TEXTS = st.text(alphabet=st.sampled_from(list("ab Zé_'-9.,İ") + list(_SPACES_AND_NOT)), max_size=300)
+
+
+@examples(max_examples=300, deadline=None)
+@given(_TEXTS)
+def test_word_bounds_from_numpy_are_the_unit_regex_matches(text) -> None:
+    from connector.metrics.vectors import _UNIT, _unit_bounds
+
+    starts, ends = _unit_bounds(text)
+    assert list(zip(starts.tolist(), ends.tolist(), strict=True)) == [m.span() for m in _UNIT.finditer(text)]
+
+
+def _hashed_bow_reference(texts: list[str], dim: int, stop_words: frozenset[str]) -> np.ndarray:
+    """The hashing trick word by word, as the first version computed it."""
+    import hashlib
+    import math
+    import re
+
+    vectors = np.zeros((len(texts), dim))
+    for i, text in enumerate(texts):
+        counts: dict[str, int] = {}
+        for word in re.findall(r"\w+", text.lower()):
+            if word not in stop_words:
+                counts[word] = counts.get(word, 0) + 1
+        for word, n in counts.items():
+            h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+            vectors[i, h % dim] += (1.0 + math.log(n)) * (1.0 if (h >> 32) & 1 else -1.0)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms == 0, 1, norms)
+
+
+@examples(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from(list("abcde the and İ,.")), max_size=60), max_size=8),
+       st.sampled_from([4, 1024]), st.booleans())  # fmt: skip
+def test_hashed_bow_is_the_word_by_word_hashing_trick(texts, dim, stop) -> None:
+    """Dimension 4: words collide in a column, and their weights must add up."""
+    from connector.embedders.lexical import STOP_WORDS, hashed_bow
+
+    stop_words = STOP_WORDS if stop else frozenset()
+    got = hashed_bow(texts, dim, stop_words)
+    assert got.shape == (len(texts), dim) and got.dtype == np.float32
+    assert np.allclose(got, _hashed_bow_reference(texts, dim, stop_words), atol=1e-6)
+
+
+def test_span_vectors_asked_before_and_after_they_are_announced_agree(models_dir) -> None:
+    encoder = static_encoder(models_dir)
+    text = SPAN_TEXT[:4000]
+    spans = sentence_spans(text)
+    cold = encoder.spans(text)(spans)  # nothing announced: each span summed as asked
+    vectors = encoder.spans(text)
+    vectors.prepare(spans[::2])
+    assert np.allclose(vectors(spans[::2]), cold[::2], atol=1e-6), "the announced spans, from one batch"
+    assert np.allclose(vectors(spans), cold, atol=1e-6), "a mix of announced and new spans"

@@ -61,10 +61,9 @@ def gap_distances(vectors: np.ndarray, window: int) -> np.ndarray:
     before and after the gap."""
     n = len(vectors)
     prefix = np.vstack([np.zeros((1, vectors.shape[1])), np.cumsum(vectors, axis=0)])
-    out = np.empty(n - 1)
-    for i in range(n - 1):
-        left = prefix[i + 1] - prefix[max(0, i + 1 - window)]
-        right = prefix[min(n, i + 1 + window)] - prefix[i + 1]
-        denominator = np.linalg.norm(left) * np.linalg.norm(right)
-        out[i] = 1.0 - (left @ right) / denominator if denominator else 1.0
-    return out
+    gap = np.arange(1, n)  # the gap after sentence gap - 1
+    left = prefix[gap] - prefix[np.maximum(0, gap - window)]
+    right = prefix[np.minimum(n, gap + window)] - prefix[gap]
+    denominator = np.linalg.norm(left, axis=1) * np.linalg.norm(right, axis=1)
+    dots = np.einsum("ij,ij->i", left, right)
+    return np.where(denominator > 0, 1.0 - dots / np.where(denominator > 0, denominator, 1.0), 1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Protocol
@@ -34,7 +35,11 @@ class CorefBackend(Protocol):
 def is_english(text: str) -> bool:
     """Whether enough of the words are English function words (a cheap check: the heuristic backend's rules and
     the Maverick OntoNotes model are English-only; on other text RC must be NULL, not a wrong number)."""
-    words = [w.lower() for _, w in zip(range(_SAMPLE_WORDS), (m.group() for m in _WORD.finditer(text)), strict=False)]
+    # A word holds at least one character: a text this short holds fewer than the sample, found in one C call.
+    if len(text) <= _SAMPLE_WORDS:
+        words = _WORD.findall(text)
+    else:
+        words = [m.group() for m in itertools.islice(_WORD.finditer(text), _SAMPLE_WORDS)]
     if len(words) < 5:
         return False
-    return sum(w in STOP_WORDS for w in words) / len(words) >= ENGLISH_MIN_STOP_SHARE
+    return sum(map(STOP_WORDS.__contains__, map(str.lower, words))) / len(words) >= ENGLISH_MIN_STOP_SHARE

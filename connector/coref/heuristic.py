@@ -103,12 +103,14 @@ class HeuristicCoref:
         if not is_english(text):
             return None
         sentences = sentence_spans(text)
-        mid_caps = _mid_sentence_capitals(text, sentences)
+        # Each sentence's words, found once for both passes over them.
+        tokens = [list(_TOKEN.finditer(text, start, end)) for start, end in sentences]
+        mid_caps = _mid_sentence_capitals(text, tokens)
         history: list[list[Mention]] = []
         pairs: list[Pair] = []
-        for start, end in sentences:
+        for (start, _), sentence_tokens in zip(sentences, tokens, strict=True):
             mentions: list[Mention] = []
-            for mention in _mentions(text, start, end, mid_caps):
+            for mention in _mentions(text, sentence_tokens, mid_caps):
                 if mention.kind == "pronoun":
                     antecedent = self._resolve(text, mention, mentions, history, start)
                     if antecedent is not None:
@@ -168,27 +170,29 @@ def _agrees(word: str, entity: Mention) -> bool:
     return False
 
 
-def _mid_sentence_capitals(text: str, sentences: list[tuple[int, int]]) -> set[str]:
+def _mid_sentence_capitals(text: str, sentences: list[list[re.Match]]) -> set[str]:
     """Capitalised words seen after the first word of a sentence: evidence that they are names."""
     seen: set[str] = set()
-    for start, end in sentences:
-        previous = None
-        for m in _TOKEN.finditer(text, start, end):
+    for tokens in sentences:
+        words = [m.group() for m in tokens]
+        for k in range(1, len(tokens)):
             # Only after a lower-case word and plain spacing: '"Well, ...' inside a quotation is no evidence.
-            after_word = previous is not None and previous.group().islower()
-            if after_word and m.group()[0].isupper() and text[previous.end() : m.start()] in (" ", "\n"):
-                seen.add(m.group())
-            previous = m
+            word = words[k]
+            if not (word[0].isupper() and words[k - 1].islower()):
+                continue
+            if text[tokens[k - 1].end() : tokens[k].start()] in (" ", "\n"):
+                seen.add(word)
     return seen
 
 
-def _mentions(text: str, start: int, end: int, mid_caps: set[str]) -> list[Mention]:
-    tokens = list(_TOKEN.finditer(text, start, end))
+def _mentions(text: str, tokens: list[re.Match], mid_caps: set[str]) -> list[Mention]:
+    """The mentions among one sentence's tokens."""
+    words = [m.group() for m in tokens]
     out: list[Mention] = []
     i = 0
     while i < len(tokens):
         tok = tokens[i]
-        word = tok.group()
+        word = words[i]
         lower = word.lower()
         if lower in PRONOUNS or (i == 0 and lower in DEMONSTRATIVE and _next_is_verbish(tokens, i)):
             out.append(Mention(tok.start(), tok.end(), "pronoun"))
@@ -201,7 +205,7 @@ def _mentions(text: str, start: int, end: int, mid_caps: set[str]) -> list[Menti
                 j < len(tokens)
                 and j - i <= 2
                 and _is_phrase_word(tokens[j], tokens[j - 1], text)
-                and _adjective_like(tokens[j].group())
+                and _adjective_like(words[j])
                 and j + 1 < len(tokens)
                 and _is_phrase_word(tokens[j + 1], tokens[j], text)
             ):
@@ -209,13 +213,18 @@ def _mentions(text: str, start: int, end: int, mid_caps: set[str]) -> list[Menti
             if j < len(tokens) and _is_phrase_word(tokens[j], tokens[j - 1], text):
                 j += 1
             if j > i + 1:
-                head = tokens[j - 1].group().lower()
+                head = words[j - 1].lower()
                 plural = head.endswith("s") and not head.endswith("ss") or lower in ("these", "those")
                 out.append(Mention(tok.start(), tokens[j - 1].end(), "np", plural, head in PERSON_NOUNS))
                 i = j
                 continue
-        multiword = i + 1 < len(tokens) and _continues_name(tokens[i + 1], tok, text)
-        if word[0].isupper() and lower not in _NOT_NAMES and (i > 0 or word in mid_caps or multiword):
+        # A name: a capitalised word that is not sentence-initial, or is known from mid-sentence, or starts a run of
+        # capitalised words (asked last: it looks at the next token, and most words are not capitalised).
+        if (
+            word[0].isupper()
+            and lower not in _NOT_NAMES
+            and (i > 0 or word in mid_caps or (i + 1 < len(tokens) and _continues_name(tokens[i + 1], tok, text)))
+        ):
             j = i + 1
             while j < len(tokens) and _continues_name(tokens[j], tokens[j - 1], text):
                 j += 1

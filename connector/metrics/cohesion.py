@@ -13,6 +13,7 @@ agrees with its neighbourhood. Vectors come from a `VectorCache`, so texts share
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -21,6 +22,7 @@ from connector.chunkers.base import trim
 from connector.models import Chunk
 
 WINDOW_TOKENS = 3000
+_ALNUM = re.compile(r"[^\W_]")  # what str.isalnum() accepts: \w less the underscore
 
 
 class Sentences:
@@ -30,16 +32,23 @@ class Sentences:
         self.text = text
         self.spans = spans
         self._ends = [b for _, b in spans]
+        self._within: dict[tuple[int, int], list[tuple[int, int]]] = {}
 
     def within(self, chunk: Chunk) -> list[tuple[int, int]]:
-        """Spans of the sentences (clipped to the chunk, trimmed) that hold a letter or digit."""
+        """Spans of the sentences (clipped to the chunk, trimmed) that hold a letter or digit. Kept per chunk span:
+        ICC asks twice for each chunk (to announce its spans, then to score), and candidates share chunks."""
+        key = (chunk.start, chunk.end)
+        found = self._within.get(key)
+        if found is not None:
+            return found
         out = []
         i = bisect.bisect_right(self._ends, chunk.start)
         while i < len(self.spans) and self.spans[i][0] < chunk.end:
             a, b = trim(self.text, max(self.spans[i][0], chunk.start), min(self.spans[i][1], chunk.end))
-            if any(ch.isalnum() for ch in self.text[a:b]):
+            if _ALNUM.search(self.text, a, b):
                 out.append((a, b))
             i += 1
+        self._within[key] = out
         return out
 
 

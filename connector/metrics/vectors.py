@@ -76,36 +76,75 @@ class StaticEncoder:
     def spans(self, text: str) -> SpanVectors | None:
         """Vectors of any spans of `text` from one pass over it (see `SpanVectors`); None for a text of more than
         SPAN_MAX_WORDS words, whose word vectors would take more memory than its chunks' and sentences' do."""
-        units = [(m.start(), m.end(), m.group()) for m in _UNIT.finditer(text)]
-        if len(units) > SPAN_MAX_WORDS:
+        starts, ends = _unit_bounds(text)
+        if len(starts) > SPAN_MAX_WORDS:
             return None
-        sums = self._word_sums([w for _, _, w in units])
-        starts = np.fromiter((a for a, _, _ in units), dtype=np.int64, count=len(units))
-        ends = np.fromiter((b for _, b, _ in units), dtype=np.int64, count=len(units))
-        rows = np.stack(sums) if units else np.zeros((0, self.dim), dtype=np.float32)
-        return SpanVectors(text, starts, ends, rows, lambda pieces: np.stack(self._word_sums(pieces)))
+        rows = self._word_rows(_UNIT.findall(text))
+        return SpanVectors(text, starts, ends, rows, self._word_rows)
 
-    def _word_sums(self, words: list[str]) -> list[np.ndarray]:
-        """The sum of each word's piece vectors (float32), each distinct word tokenized once per thread: the last
-        WORD_CACHE distinct words are kept for the next documents."""
+    def _word_rows(self, words: list[str]) -> np.ndarray:
+        """The sum of each word's piece vectors (float32), one row per word; each distinct word tokenized once per
+        thread: the last WORD_CACHE distinct words are kept, as rows of one matrix, for the next documents."""
         model = self._model()
-        cache = getattr(self._local, "words", None)
-        if cache is None:
-            cache = self._local.words = {}
-        missing = list(dict.fromkeys(w for w in words if w not in cache))
-        if len(cache) + len(missing) > WORD_CACHE:  # full: start again with this document's words
-            cache.clear()
+        vocab = getattr(self._local, "vocab", None)
+        if vocab is None:
+            vocab = self._local.vocab = _Vocabulary(self.dim)
+            self._local.words = vocab.index  # (what the tests read of the cache)
+        missing = list(dict.fromkeys(w for w in words if w not in vocab.index))
+        if len(vocab.index) + len(missing) > WORD_CACHE:  # full: start again with this document's words
+            vocab.clear()
             missing = list(dict.fromkeys(words))
-        found = cache if len(missing) <= WORD_CACHE else {}  # a document of more distinct words: not kept
-        if missing:
-            model.tokenizer.no_truncation()  # this thread's copy: model2vec leaves its 512-piece cap set
-            unknown = model.unk_token_id
-            encoded = model.tokenizer.encode_batch_fast(missing, add_special_tokens=False)
-            for word, pieces in zip(missing, encoded, strict=True):
-                ids = [i for i in pieces.ids if i != unknown]  # as model2vec: unknown pieces carry no vector
-                found[word] = (model._encode_helper(np.asarray(ids, dtype=np.int64)).astype(np.float32).sum(axis=0)
-                               if ids else np.zeros(self.dim, dtype=np.float32))  # fmt: skip
-        return [found[w] for w in words]
+        if not missing:
+            return vocab.rows([vocab.index[w] for w in words])
+        model.tokenizer.no_truncation()  # this thread's copy: model2vec leaves its 512-piece cap set
+        unknown = model.unk_token_id
+        sums = np.zeros((len(missing), self.dim), dtype=np.float32)
+        for k, pieces in enumerate(model.tokenizer.encode_batch_fast(missing, add_special_tokens=False)):
+            ids = [i for i in pieces.ids if i != unknown]  # as model2vec: unknown pieces carry no vector
+            if ids:
+                sums[k] = model._encode_helper(np.asarray(ids, dtype=np.int64)).astype(np.float32).sum(axis=0)
+        if len(missing) > WORD_CACHE:  # a document of more distinct words: not kept
+            own = {w: k for k, w in enumerate(missing)}
+            return sums[[own[w] for w in words]]
+        vocab.add(missing, sums)
+        return vocab.rows([vocab.index[w] for w in words])
+
+
+class _Vocabulary:
+    """One thread's word vectors: word → row of a matrix that grows by doubling."""
+
+    def __init__(self, dim: int):
+        self.dim = dim
+        self.index: dict[str, int] = {}
+        self._matrix = np.zeros((0, dim), dtype=np.float32)
+
+    def clear(self) -> None:
+        self.index.clear()  # the matrix is kept: its rows are overwritten from the first one
+
+    def add(self, words: list[str], sums: np.ndarray) -> None:
+        first = len(self.index)
+        if first + len(words) > len(self._matrix):
+            grown = np.zeros((max(2 * len(self._matrix), first + len(words), 1024), self.dim), dtype=np.float32)
+            grown[:first] = self._matrix[:first]
+            self._matrix = grown
+        self._matrix[first : first + len(words)] = sums
+        self.index.update(zip(words, range(first, first + len(words)), strict=True))
+
+    def rows(self, ids: list[int]) -> np.ndarray:
+        return self._matrix[np.asarray(ids, dtype=np.int64)] if ids else np.zeros((0, self.dim), dtype=np.float32)
+
+
+# The characters `_UNIT` stops at, as code points.
+_SPACES = np.array([0x20, 0x09, 0x0A, 0x0D, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000], np.uint32)
+
+
+def _unit_bounds(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end offsets of `_UNIT`'s matches (the runs of characters between its spaces), found with numpy:
+    the same runs as `_UNIT.finditer`, without a Python object per word."""
+    points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    inside = np.concatenate([[False], ~np.isin(points, _SPACES), [False]])
+    edges = np.flatnonzero(inside[1:] != inside[:-1])
+    return edges[0::2].astype(np.int64), edges[1::2].astype(np.int64)
 
 
 class SpanVectors:
@@ -128,6 +167,8 @@ class SpanVectors:
         self.dim = rows.shape[1]
         self._cuts = np.zeros(0, dtype=np.int64)  # word indices where a prefix sum is known
         self._prefix = np.zeros((0, self.dim))
+        self._known: dict[tuple[int, int], int] = {}  # announced span → its row of _known_rows
+        self._known_rows = np.zeros((0, self.dim), dtype=np.float32)
 
     def _bounds(self, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Each span's edges, and the words [first, last) wholly inside it (last < first: inside one word)."""
@@ -147,8 +188,20 @@ class SpanVectors:
             segments = np.zeros((len(cuts) - 1, self.dim))
         self._cuts = cuts
         self._prefix = np.vstack([np.zeros((1, self.dim)), np.cumsum(segments, axis=0)])
+        # And their vectors, all in one call: the metrics then ask for them a few at a time, and each call's numpy
+        # work costs far more than the lookup.
+        announced = list(dict.fromkeys((int(a), int(b)) for a, b in spans))
+        self._known = {span: k for k, span in enumerate(announced)}
+        self._known_rows = self._compute(announced) if announced else np.zeros((0, self.dim), dtype=np.float32)
 
     def __call__(self, spans: list[tuple[int, int]]) -> np.ndarray:
+        try:
+            ids = [self._known[span] for span in spans]
+        except KeyError:
+            return self._compute(spans)
+        return self._known_rows[ids]
+
+    def _compute(self, spans: list[tuple[int, int]]) -> np.ndarray:
         a, b, first, last = self._bounds(spans)
         inner = np.maximum(last, first)
         i = np.searchsorted(self._cuts, first)
