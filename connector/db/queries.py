@@ -223,14 +223,15 @@ COPY connector.chunk_windows (chunk_id, window_no, start_char, end_char, embeddi
 COPY_WINDOWS_TYPES = ["int8", "int4", "int4", "int4", "vector"]
 
 
-INSERT_CANDIDATE = """
-INSERT INTO connector.candidates
-    (document_id, strategy, params, chunk_count, rc, icc, dcc, bi, sc, rt, score, chosen, elapsed_ms, error,
-     rc_backend, metric_ms, shape, spans, breaks)
-VALUES (%(document_id)s, %(strategy)s, %(params)s, %(chunk_count)s, %(rc)s, %(icc)s, %(dcc)s, %(bi)s, %(sc)s,
-        %(rt)s, %(score)s, %(chosen)s, %(elapsed_ms)s, %(error)s, %(rc_backend)s, %(metric_ms)s, %(shape)s,
-        %(spans)s, %(breaks)s)
+COPY_CANDIDATES = """
+COPY connector.candidates (document_id, strategy, params, chunk_count, rc, icc, dcc, bi, sc, rt, score, chosen,
+                           elapsed_ms, error, rc_backend, metric_ms, shape, spans, breaks)
+FROM STDIN (FORMAT BINARY)
 """
+COPY_CANDIDATES_TYPES = [
+    "int8", "text", "jsonb", "int4", "float8", "float8", "float8", "float8", "float8", "float8", "float8", "bool",
+    "float8", "text", "text", "jsonb", "jsonb", "int4[]", "jsonb",
+]  # fmt: skip
 
 # If the document was requeued while we worked (its file changed again), it stays pending for another pass.
 # `metadata` is the user's (or the watched table's columns): never written here; the page count has its own column.
