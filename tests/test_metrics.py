@@ -336,7 +336,7 @@ def test_candidates_with_the_same_chunks_are_scored_once_and_alike(tmp_path) -> 
 
 # Texts for the fast paths' properties: words, every space `_UNIT` stops at, and Python whitespace it does not.
 _SPACES_AND_NOT = " \t\n\r\u00a0\u1680\u2000\u2005\u200a\u202f\u205f\u3000\x0b\x0c\x1c\u0085\u2028"
-_TEXTS = st.text(alphabet=st.sampled_from(list("ab Zé_'-9.,İ") + list(_SPACES_AND_NOT)), max_size=300)
+_TEXTS = st.text(alphabet=st.sampled_from(list("ab Zé_'-9.,İ\u3001\U0001f600") + list(_SPACES_AND_NOT)), max_size=300)
 
 
 @examples(max_examples=300, deadline=None)

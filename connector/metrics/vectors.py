@@ -134,15 +134,20 @@ class _Vocabulary:
         return self._matrix[np.asarray(ids, dtype=np.int64)] if ids else np.zeros((0, self.dim), dtype=np.float32)
 
 
-# The characters `_UNIT` stops at, as code points.
-_SPACES = np.array([0x20, 0x09, 0x0A, 0x0D, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000], np.uint32)
+# The characters `_UNIT` stops at, as a table over code points; its last entry (False) stands for every code point
+# past the highest space.
+_SPACES = [0x20, 0x09, 0x0A, 0x0D, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000]
+_IS_SPACE = np.zeros(max(_SPACES) + 2, dtype=bool)
+_IS_SPACE[_SPACES] = True
 
 
 def _unit_bounds(text: str) -> tuple[np.ndarray, np.ndarray]:
     """Start and end offsets of `_UNIT`'s matches (the runs of characters between its spaces), found with numpy:
     the same runs as `_UNIT.finditer`, without a Python object per word."""
     points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    inside = np.concatenate([[False], ~np.isin(points, _SPACES), [False]])
+    inside = np.ones(len(points) + 2, dtype=bool)
+    inside[[0, -1]] = False
+    inside[1:-1] = ~_IS_SPACE[np.minimum(points, len(_IS_SPACE) - 1)]
     edges = np.flatnonzero(inside[1:] != inside[:-1])
     return edges[0::2].astype(np.int64), edges[1::2].astype(np.int64)
 
