@@ -300,6 +300,7 @@ def test_the_word_cache_starts_again_when_full_and_changes_no_vector(models_dir,
             got = encoder.spans(text)(spans if text is SPAN_TEXT else sentence_spans(text))
         assert np.min(np.sum(got * want, axis=1)) > 0.999
         assert len(encoder._local.words) <= limit
+        assert len(encoder._local.vocab._matrix) <= limit, "the vectors' matrix grows no further than the cache"
 
 
 def test_a_text_too_long_for_word_vectors_is_embedded_per_text(models_dir, monkeypatch) -> None:

@@ -124,7 +124,9 @@ class _Vocabulary:
     def add(self, words: list[str], sums: np.ndarray) -> None:
         first = len(self.index)
         if first + len(words) > len(self._matrix):
-            grown = np.zeros((max(2 * len(self._matrix), first + len(words), 1024), self.dim), dtype=np.float32)
+            # Doubling, but never past the cache's limit (what a full cache holds: ~20 MB).
+            rows = max(min(max(2 * len(self._matrix), 1024), WORD_CACHE), first + len(words))
+            grown = np.zeros((rows, self.dim), dtype=np.float32)
             grown[:first] = self._matrix[:first]
             self._matrix = grown
         self._matrix[first : first + len(words)] = sums
