@@ -80,7 +80,7 @@ class CpuPool:
         # Who is in the pool: documents side by side, or one suspect alone (see `submit`).
         self._turns = threading.Condition()
         self._shared = 0  # documents in flight side by side
-        self._alone = False  # a suspect is in flight
+        self._alone: str | None = None  # the source key of the suspect in flight, if one is
         self._suspects_waiting = 0
 
     def submit(
@@ -94,7 +94,7 @@ class CpuPool:
         them. It waits for the documents in flight to finish; documents submitted meanwhile wait for it. Either
         wait can be long (a big document): `while_waiting` is called every second of it (the worker renews its
         leases)."""
-        self._enter(alone, while_waiting)
+        self._enter(alone, source.source_key, while_waiting)
         try:
             future = self._submit(source)
         except BaseException:
@@ -103,15 +103,15 @@ class CpuPool:
         future.add_done_callback(lambda _: self._leave(alone))
         return future
 
-    def _enter(self, alone: bool, while_waiting: Callable[[], None]) -> None:
+    def _enter(self, alone: bool, key: str, while_waiting: Callable[[], None]) -> None:
         # A document waits for a suspect at most SUSPECT_WAIT_S: one that hangs must not stall every worker thread
         # (past that wait, they share the pool with it again).
         deadline = time.monotonic() + SUSPECT_WAIT_S
 
         def free() -> bool:
             if alone:
-                return not self._alone and self._shared == 0
-            return (not self._alone and self._suspects_waiting == 0) or time.monotonic() >= deadline
+                return self._alone is None and self._shared == 0
+            return (self._alone is None and self._suspects_waiting == 0) or time.monotonic() >= deadline
 
         with self._turns:
             self._suspects_waiting += alone
@@ -120,7 +120,7 @@ class CpuPool:
                 with self._turns:
                     if free() or (self._turns.wait(timeout=1.0) and free()):
                         if alone:
-                            self._alone = True
+                            self._alone = key
                         else:
                             self._shared += 1
                         return
@@ -132,7 +132,7 @@ class CpuPool:
     def _leave(self, alone: bool) -> None:
         with self._turns:
             if alone:
-                self._alone = False
+                self._alone = None
             else:
                 self._shared -= 1
             self._turns.notify_all()
@@ -202,8 +202,9 @@ class CpuPool:
             ready |= {f.result() for f in [executor.submit(_ready) for _ in range(4 * self.processes)]}
 
     @property
-    def running_alone(self) -> bool:
-        """Whether a suspect has the pool to itself now (tests kill its process then)."""
+    def running_alone(self) -> str | None:
+        """The source key of the suspect that has the pool to itself now, if one has (tests kill its process
+        then)."""
         with self._turns:
             return self._alone
 
