@@ -190,7 +190,11 @@ def _mentions(text: str, tokens: list[re.Match], mid_caps: set[str]) -> list[Men
     words = [m.group() for m in tokens]
     out: list[Mention] = []
     i = 0
-    while i < len(tokens):
+    # Only a pronoun, a determiner or a capitalised word can start a mention: the others are skipped unlooked at.
+    for k in [k for k, w in enumerate(words) if w[0].isupper() or w.lower() in _MENTION_STARTS]:
+        if k < i:  # inside the mention just found
+            continue
+        i = k
         tok = tokens[i]
         word = words[i]
         lower = word.lower()
@@ -233,6 +237,9 @@ def _mentions(text: str, tokens: list[re.Match], mid_caps: set[str]) -> list[Men
             continue
         i += 1
     return out
+
+
+_MENTION_STARTS = PRONOUNS | DEMONSTRATIVE | DETERMINERS
 
 
 _NOT_PHRASE = STOP_WORDS | PLURAL
