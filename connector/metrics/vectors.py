@@ -204,7 +204,7 @@ class SpanVectors:
     def __call__(self, spans: list[tuple[int, int]]) -> np.ndarray:
         try:
             ids = [self._known[span] for span in spans]
-        except KeyError:
+        except (KeyError, TypeError):  # not announced, or not given as tuples (a list, an array): worked out here
             return self._compute(spans)
         return self._known_rows[ids]
 
