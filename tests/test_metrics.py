@@ -299,7 +299,7 @@ def test_the_word_cache_starts_again_when_full_and_changes_no_vector(models_dir,
         for text in (SPAN_TEXT[:2000], SPAN_TEXT):  # the second reuses, or clears, what the first left
             got = encoder.spans(text)(spans if text is SPAN_TEXT else sentence_spans(text))
         assert np.min(np.sum(got * want, axis=1)) > 0.999
-        assert len(encoder._local.words) <= limit
+        assert len(encoder._local.vocab.index) <= limit
         assert len(encoder._local.vocab._matrix) <= limit, "the vectors' matrix grows no further than the cache"
 
 

@@ -89,7 +89,6 @@ class StaticEncoder:
         vocab = getattr(self._local, "vocab", None)
         if vocab is None:
             vocab = self._local.vocab = _Vocabulary(self.dim)
-            self._local.words = vocab.index  # (what the tests read of the cache)
         missing = list(dict.fromkeys(w for w in words if w not in vocab.index))
         if len(vocab.index) + len(missing) > WORD_CACHE:  # full: start again with this document's words
             vocab.clear()
