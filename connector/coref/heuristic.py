@@ -105,12 +105,13 @@ class HeuristicCoref:
         sentences = sentence_spans(text)
         # Each sentence's words, found once for both passes over them.
         tokens = [list(_TOKEN.finditer(text, start, end)) for start, end in sentences]
-        mid_caps = _mid_sentence_capitals(text, tokens)
+        words = [[m.group() for m in sentence] for sentence in tokens]
+        mid_caps = _mid_sentence_capitals(text, tokens, words)
         history: list[list[Mention]] = []
         pairs: list[Pair] = []
-        for (start, _), sentence_tokens in zip(sentences, tokens, strict=True):
+        for (start, _), sentence_tokens, sentence_words in zip(sentences, tokens, words, strict=True):
             mentions: list[Mention] = []
-            for mention in _mentions(text, sentence_tokens, mid_caps):
+            for mention in _mentions(text, sentence_tokens, sentence_words, mid_caps):
                 if mention.kind == "pronoun":
                     antecedent = self._resolve(text, mention, mentions, history, start)
                     if antecedent is not None:
@@ -170,11 +171,10 @@ def _agrees(word: str, entity: Mention) -> bool:
     return False
 
 
-def _mid_sentence_capitals(text: str, sentences: list[list[re.Match]]) -> set[str]:
+def _mid_sentence_capitals(text: str, sentences: list[list[re.Match]], words_of: list[list[str]]) -> set[str]:
     """Capitalised words seen after the first word of a sentence: evidence that they are names."""
     seen: set[str] = set()
-    for tokens in sentences:
-        words = [m.group() for m in tokens]
+    for tokens, words in zip(sentences, words_of, strict=True):
         for k in range(1, len(tokens)):
             # Only after a lower-case word and plain spacing: '"Well, ...' inside a quotation is no evidence.
             word = words[k]
@@ -185,9 +185,8 @@ def _mid_sentence_capitals(text: str, sentences: list[list[re.Match]]) -> set[st
     return seen
 
 
-def _mentions(text: str, tokens: list[re.Match], mid_caps: set[str]) -> list[Mention]:
-    """The mentions among one sentence's tokens."""
-    words = [m.group() for m in tokens]
+def _mentions(text: str, tokens: list[re.Match], words: list[str], mid_caps: set[str]) -> list[Mention]:
+    """The mentions among one sentence's tokens (and their texts, `words`)."""
     out: list[Mention] = []
     i = 0
     # Only a pronoun, a determiner or a capitalised word can start a mention: the others are skipped unlooked at.
@@ -234,8 +233,6 @@ def _mentions(text: str, tokens: list[re.Match], mid_caps: set[str]) -> list[Men
                 j += 1
             out.append(Mention(tok.start(), tokens[j - 1].end(), "name", person=True))
             i = j
-            continue
-        i += 1
     return out
 
 
