@@ -9,13 +9,19 @@ Every function takes the encoding's name: the one default is `ChunkingSettings.e
 
 from __future__ import annotations
 
+import bisect
 import functools
 import gzip
 import hashlib
+import itertools
 import os
+import re
 import tempfile
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import tiktoken
 
 _URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
@@ -47,24 +53,140 @@ def encoding(name: str) -> tiktoken.Encoding:
     return tiktoken.get_encoding(name)
 
 
-CACHED_CHARS = 8_192
+CACHED_CHARS = 4_096
 """Texts up to this long are counted once: the strategies and guards of one document count the same spans again and
 again (the whole of a short document by every strategy, a merged pair by each guard that tries it)."""
+CACHED_TEXTS = 16_384
+"""At most this many counts are kept (then all are dropped at once): 64 MB of ASCII at worst, ~2 MB typically."""
 BATCH_CHARS = 200_000
 """Below this many characters in all, a batch is counted in this thread: tiktoken's batch call starts a thread pool
 per call, which costs more than it saves on a short document."""
 
+_ADDITIVE = frozenset({"cl100k_base", "o200k_base"})
+r"""Encodings whose pre-tokenizer ends a piece after the last newline of a whitespace run that a character other
+than o200k's `/` follows, and decides nothing before that point by looking past it: no token crosses such a line
+start, so a text's tokens are its lines' tokens end to end (`tests/test_tokens.py` checks it on real documents and on
+generated texts). GPT-2's pattern is not one: its `\s+(?!\S)` splits `"  \n"` before a line differently when the
+line is gone."""
+_LINE_START = re.compile(r"(?<=\n)(?=([^\S\r\n]*)[^\s/])")  # spaces and tabs may indent the line, no newline
+
+_counts: dict[tuple[str, str], int] = {}  # (text, encoding) -> tokens; plain dict operations are atomic under the GIL
+_document = threading.local()  # `.value`: the `_Primed` document of this thread, the one `prime` last encoded
+_MIN_SPAN = 64  # shorter texts are looked up whole: no line of theirs to gain
+
+
+@dataclass(frozen=True)
+class _Primed:
+    """A document encoded whole: its token ids, and how many tokens come before each of its line starts."""
+
+    text: str
+    name: str
+    ids: list[int]
+    starts: list[int]  # 0, each line start (`_LINE_START`), len(text)
+    firsts: list[int]  # the position of each line's first non-blank character: a cut there needs the text to reach it
+    before: list[int]  # tokens of text[:start], for each start
+
+    def count(self, a: int, e: int) -> int:
+        """Tokens in text[a:e]: the lines wholly inside from the table, the partial lines at both ends encoded."""
+        i = bisect.bisect_left(self.starts, a)  # the first cut at or after a
+        j = bisect.bisect_right(self.firsts, e - 1) - 1  # the last cut whose line has begun before e
+        if i > j:
+            return _piece(self.text[a:e], self.name)
+        text, name = self.text, self.name
+        inner = self.before[j] - self.before[i]
+        return _piece(text[a : self.starts[i]], name) + inner + _piece(text[self.starts[j] : e], name)
+
 
 def count(text: str, name: str) -> int:
-    """Tokens in `text`; special-token strings count as ordinary text (documents are data, not prompts)."""
-    if len(text) <= CACHED_CHARS:
-        return _cached_count(text, name)
-    return len(encoding(name).encode_ordinary(text))
+    """Tokens in `text`; special-token strings count as ordinary text (documents are data, not prompts).
+
+    A span of this thread's primed document (`prime`) is counted from the document's one encoding, but for the partial
+    lines at its two ends: the candidates of a document are mostly its lines cut in different places."""
+    primed: _Primed | None = getattr(_document, "value", None)
+    if primed is not None and primed.name == name and primed.before and len(text) >= _MIN_SPAN:
+        a = primed.text.find(text, _document.hint)  # chunks are counted in document order, mostly
+        if a < 0:
+            a = primed.text.find(text)
+        if a >= 0:
+            _document.hint = a
+            return primed.count(a, a + len(text))
+    return _piece(text, name)
 
 
-@functools.lru_cache(maxsize=2048)  # at most 2048 × 8192 characters held (64 MB in UCS-4), ~2 MB typically
-def _cached_count(text: str, name: str) -> int:
-    return len(encoding(name).encode_ordinary(text))
+def _piece(text: str, name: str) -> int:
+    if len(text) > CACHED_CHARS:
+        return len(encoding(name).encode_ordinary(text))
+    key = (text, name)
+    n = _counts.get(key)
+    if n is None:
+        n = len(encoding(name).encode_ordinary(text))
+        _remember(key, n)
+    return n
+
+
+def _remember(key: tuple[str, str], n: int) -> None:
+    if len(_counts) >= CACHED_TEXTS:
+        _counts.clear()  # cheaper than keeping an order, and the next document refills what it needs
+    _counts[key] = n
+
+
+def prime(text: str, name: str) -> list[int]:
+    """Encode a whole document once, and count tokens before each of its line starts, so that counting any span of
+    it in this thread (`count`) only encodes the partial lines at the span's two ends. Returns the document's token
+    ids (`document_ids` returns them again)."""
+    ids = encoding(name).encode_ordinary(text)
+    starts, firsts, before = [0], [0], []
+    if name in _ADDITIVE:
+        for m in _LINE_START.finditer(text):
+            starts.append(m.start())
+            firsts.append(m.end(1))
+        starts.append(len(text))
+        firsts.append(len(text) - 1)
+        if text.isascii():
+            byte_starts = np.asarray(starts, dtype=np.int64)
+        else:
+            sizes = [len(text[x:y].encode("utf-8", "surrogatepass")) for x, y in itertools.pairwise(starts)]
+            byte_starts = np.cumsum([0, *sizes])
+        token_ends = np.cumsum(_token_bytes(np.asarray(ids, dtype=np.int64), name))
+        at = np.searchsorted(token_ends, byte_starts, side="right")
+        # No token crosses a line start (`_ADDITIVE`), so each line starts where a token ends; were it ever not so,
+        # the table stays empty and `count` encodes every text itself.
+        ends_there = np.concatenate(([0], token_ends))[at]
+        if len(ids) and np.array_equal(ends_there, byte_starts):
+            before = at.tolist()
+    _document.value = _Primed(text, name, ids, starts, firsts, before)
+    _document.hint = 0
+    return ids
+
+
+def forget() -> None:
+    """Drop this thread's primed document (its texts are no longer the ones being counted)."""
+    _document.value = None
+
+
+def document_ids(text: str, name: str) -> list[int]:
+    """The token ids of `text`: those `prime` computed when it was this thread's last document, else encoded now."""
+    primed = getattr(_document, "value", None)
+    if primed is not None and primed.name == name and (primed.text is text or primed.text == text):
+        return primed.ids
+    return encoding(name).encode_ordinary(text)
+
+
+@functools.cache
+def _byte_table(name: str) -> np.ndarray:
+    """Tokens' lengths in bytes, by id, filled in as ids are first seen (-1: not yet); each thread writes the same
+    values, so a race costs nothing."""
+    return np.full(encoding(name).max_token_value + 1, -1, dtype=np.int64)
+
+
+def _token_bytes(ids: np.ndarray, name: str) -> np.ndarray:
+    table = _byte_table(name)
+    lengths = table[ids]
+    if (lengths < 0).any():
+        for token in np.unique(ids[lengths < 0]).tolist():
+            table[token] = len(encoding(name).decode_single_token_bytes(token))
+        lengths = table[ids]
+    return lengths
 
 
 def count_many(texts: list[str], name: str) -> list[int]:

@@ -24,7 +24,7 @@ class TokenWindowChunker:
     def split(self, document: Document) -> Split:
         text = document.markdown
         enc = tokens.encoding(self.encoding)
-        ids = enc.encode_ordinary(text)
+        ids = tokens.document_ids(text, self.encoding)  # encoded once per document (`tokens.prime`)
         step = max(1, self.size - self.overlap)
         starts = range(0, len(ids), step)
         # Character offsets of the window edges. ASCII text: a token's bytes are its characters, so each edge is the

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
+from connector import tokens
 from connector.convert import epub, html, markdown, office, pdf, sniff, structure, text
 from connector.convert.sniff import decode
 from connector.errors import ConversionError, UnsupportedDocument
@@ -75,6 +76,7 @@ def convert(data: bytes, mime_type: str, settings: ChunkingSettings) -> Document
 
 
 def _convert(data: bytes, mime_type: str, settings: ChunkingSettings) -> Document:
+    tokens.forget()  # the texts counted while converting are this document's, not in the one primed before
     labelled = (mime_type or "").split(";")[0].strip().lower()
     mime = sniff.container(data) or labelled  # a ZIP's parts or `%PDF-` say what it is, whatever its name
     if mime == "application/pdf" and not sniff.is_pdf(data):
@@ -101,6 +103,9 @@ def _convert(data: bytes, mime_type: str, settings: ChunkingSettings) -> Documen
         document = _from_text(decode(data), _TEXT_DIALECT.get(mime))
     else:
         document = _sniffed(data, labelled, settings)
+    # Every later stage counts the tokens of spans of this text (blocks here, then every chunk of every strategy):
+    # encoded once whole, its lines' counts are known, and each count after encodes only partial lines.
+    tokens.prime(document.markdown, settings.encoding)
     return Document(
         document.markdown,
         document.blocks,

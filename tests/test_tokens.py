@@ -1,0 +1,99 @@
+"""Token counts are tiktoken's own, whether a text is counted whole or line by line (`tokens._ADDITIVE`)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
+
+from connector import tokens
+from connector.convert import convert, mime_for_path
+from connector.settings import ChunkingSettings
+from tests.conftest import FIXTURES
+
+ADDITIVE = sorted(tokens._ADDITIVE)
+
+
+def exact(text: str, name: str) -> int:
+    return len(tokens.encoding(name).encode_ordinary(text))
+
+
+# What could make a pre-tokenizer join or split differently across a line start: runs of spaces, tabs and newlines
+# (and `\r`, and Unicode spaces), the `/` that o200k joins to a newline after punctuation, digits (grouped by
+# three), contractions, capitals after lower case, marks, CJK and emoji.
+PIECES = st.sampled_from(
+    ["\n", "\n\n", "\r\n", " ", "  ", "\t", "\u00a0", "\u2028", "\u3000", "/", "//", ".", "...", "#", "- ", "*",
+     "|", "'s", "'LL", "'", '"', "(", ")", "_", "`", "a", "word", "Word", "WORD", "12", "12345", "é", "e\u0301",
+     "Ünïcödé", "数据库", "🙂", "x/y", ".\n/", "\n/", " \n", "\t\n", "\n ", "\n\t"]
+)  # fmt: skip
+TEXTS = st.lists(PIECES, min_size=1, max_size=80).map("".join)
+
+
+@pytest.mark.parametrize("name", ADDITIVE)
+@examples(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=TEXTS)
+def test_spans_of_a_generated_document_count_as_tiktoken_counts_them(name: str, text: str) -> None:
+    tokens.prime(text, name)
+    for a in range(0, len(text), 7):
+        for e in range(a + 1, len(text) + 1, 5):
+            assert tokens.count(text[a:e], name) == exact(text[a:e], name), (a, e)
+    assert tokens.count(text, name) == exact(text, name)
+
+
+@pytest.mark.parametrize("name", ADDITIVE)
+def test_every_line_start_of_the_fixtures_splits_their_count_exactly(name: str) -> None:
+    """Every cut `_LINE_START` makes in real documents (as files and as converted Markdown) keeps the count."""
+    cuts = 0
+    for path in sorted(p for p in FIXTURES.iterdir() if p.suffix in {".txt", ".md", ".html"}):
+        raw = path.read_text(encoding="utf-8", errors="replace")
+        markdown = convert(path.read_bytes(), mime_for_path(path), ChunkingSettings()).markdown
+        for text in (raw, markdown):
+            for m in tokens._LINE_START.finditer(text):
+                # The text around the cut, as a text of its own (the whole of a book per cut would take hours).
+                a, b, c = max(0, m.start() - 300), m.start(), m.start() + 300
+                assert exact(text[a:b], name) + exact(text[b:c], name) == exact(text[a:c], name), (path.name, b)
+                cuts += 1
+    assert cuts > 1000
+
+
+@pytest.mark.parametrize("name", ADDITIVE)
+def test_spans_of_real_documents_count_as_tiktoken_counts_them(name: str) -> None:
+    """The spans chunkers ask about start and end anywhere: mid-word, mid-line, on blank lines."""
+    rng = random.Random(7)
+    for path in sorted(p for p in FIXTURES.iterdir() if p.suffix in {".txt", ".md"}):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for _ in range(200):
+            a = rng.randrange(len(text))
+            b = min(len(text), a + rng.choice([1, 40, 400, 3000, 20000]))
+            assert tokens.count(text[a:b], name) == exact(text[a:b], name), (path.name, a, b)
+
+
+@pytest.mark.parametrize("name", ADDITIVE)
+def test_a_primed_document_counts_its_spans_from_its_one_encoding_as_tiktoken_does(name: str) -> None:
+    """After `prime`, the lines inside a span come from the document's one encoding: the spans still count exactly,
+    and the table of tokens before each line start is tiktoken's own count of the text before it."""
+    rng = random.Random(11)
+    for path in sorted(p for p in FIXTURES.iterdir() if p.suffix in {".txt", ".md", ".html"}):
+        text = convert(path.read_bytes(), mime_for_path(path), ChunkingSettings()).markdown
+        ids = tokens.prime(text, name)
+        assert ids == tokens.encoding(name).encode_ordinary(text)
+        assert tokens.document_ids(text, name) is ids
+        primed = tokens._document.value
+        assert len(primed.before) == len(primed.starts) > 10, path.name  # the table was built, not given up on
+        for j in rng.sample(range(len(primed.starts)), 20):
+            assert primed.before[j] == len(ids[: primed.before[j]]) == exact(text[: primed.starts[j]], name)
+        for _ in range(300):
+            a = rng.randrange(len(text))
+            e = min(len(text), a + rng.choice([1, 40, 400, 3000, 30000]))
+            assert tokens.count(text[a:e], name) == exact(text[a:e], name), (path.name, a, e)
+
+
+def test_a_text_of_another_document_is_counted_whole() -> None:
+    """Texts the primed document does not hold (a table's header joined anew, another thread's document) are
+    encoded themselves."""
+    tokens.prime("First line of one document.\nSecond line of it.\n", "cl100k_base")
+    other = "A text that is nowhere in the primed document, long enough to be looked for.\nWith two lines."
+    assert tokens.count(other, "cl100k_base") == exact(other, "cl100k_base")
