@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from connector import guards
+from connector import guards, tokens
 from connector.chunkers import Chunker
 from connector.errors import NotApplicable
 from connector.models import Candidate, Document
@@ -59,6 +59,7 @@ def generate(
 def _one(document: Document, chunker: Chunker, settings: ChunkingSettings) -> tuple[Candidate, float, float]:
     t0 = time.perf_counter()
     t1 = t0
+    tokens.primed_for(document.markdown, settings.encoding)  # as `convert` left it, unless in a process of its own
     params = dict(chunker.params)
     try:
         split = chunker.split(document)

@@ -53,11 +53,12 @@ def encoding(name: str) -> tiktoken.Encoding:
     return tiktoken.get_encoding(name)
 
 
-CACHED_CHARS = 4_096
+CACHED_CHARS = 2_048
 """Texts up to this long are counted once: the strategies and guards of one document count the same spans again and
 again (the whole of a short document by every strategy, a merged pair by each guard that tries it)."""
-CACHED_TEXTS = 16_384
-"""At most this many counts are kept (then all are dropped at once): 64 MB of ASCII at worst, ~2 MB typically."""
+CACHED_TEXTS = 8_192
+"""At most this many counts are kept (then all are dropped at once): 64 MB at worst (texts of 4-byte characters),
+~1 MB typically (a primed document's texts are mostly partial lines)."""
 BATCH_CHARS = 200_000
 """Below this many characters in all, a batch is counted in this thread: tiktoken's batch call starts a thread pool
 per call, which costs more than it saves on a short document."""
@@ -68,7 +69,9 @@ than o200k's `/` follows, and decides nothing before that point by looking past 
 start, so a text's tokens are its lines' tokens end to end (`tests/test_tokens.py` checks it on real documents and on
 generated texts). GPT-2's pattern is not one: its `\s+(?!\S)` splits `"  \n"` before a line differently when the
 line is gone."""
-_LINE_START = re.compile(r"(?<=\n)(?=([^\S\r\n]*)[^\s/])")  # spaces and tabs may indent the line, no newline
+# The line may be indented by any blank but a newline (Python's \s is a superset of Rust's: `\x1c`-`\x1f`, which
+# Rust does not call blank, can only be part of that indentation, and join no piece before the newline).
+_LINE_START = re.compile(r"(?<=\n)(?=([^\S\r\n]*)[^\s/])")
 
 _counts: dict[tuple[str, str], int] = {}  # (text, encoding) -> tokens; plain dict operations are atomic under the GIL
 _document = threading.local()  # `.value`: the `_Primed` document of this thread, the one `prime` last encoded
@@ -81,7 +84,7 @@ class _Primed:
 
     text: str
     name: str
-    ids: list[int]
+    ids: tuple[int, ...]
     starts: list[int]  # 0, each line start (`_LINE_START`), len(text)
     firsts: list[int]  # the position of each line's first non-blank character: a cut there needs the text to reach it
     before: list[int]  # tokens of text[:start], for each start
@@ -104,9 +107,10 @@ def count(text: str, name: str) -> int:
     lines at its two ends: the candidates of a document are mostly its lines cut in different places."""
     primed: _Primed | None = getattr(_document, "value", None)
     if primed is not None and primed.name == name and primed.before and len(text) >= _MIN_SPAN:
-        a = primed.text.find(text, _document.hint)  # chunks are counted in document order, mostly
-        if a < 0:
-            a = primed.text.find(text)
+        hint = _document.hint  # chunks are counted in document order, mostly: look after the last one first
+        a = primed.text.find(text, hint)
+        if a < 0 and hint:
+            a = primed.text.find(text, 0, hint + len(text) - 1)  # then before it: one pass over the text in all
         if a >= 0:
             _document.hint = a
             return primed.count(a, a + len(text))
@@ -130,7 +134,7 @@ def _remember(key: tuple[str, str], n: int) -> None:
     _counts[key] = n
 
 
-def prime(text: str, name: str) -> list[int]:
+def prime(text: str, name: str) -> tuple[int, ...]:
     """Encode a whole document once, and count tokens before each of its line starts, so that counting any span of
     it in this thread (`count`) only encodes the partial lines at the span's two ends. Returns the document's token
     ids (`document_ids` returns them again)."""
@@ -149,14 +153,23 @@ def prime(text: str, name: str) -> list[int]:
             byte_starts = np.cumsum([0, *sizes])
         token_ends = np.cumsum(_token_bytes(np.asarray(ids, dtype=np.int64), name))
         at = np.searchsorted(token_ends, byte_starts, side="right")
-        # No token crosses a line start (`_ADDITIVE`), so each line starts where a token ends; were it ever not so,
-        # the table stays empty and `count` encodes every text itself.
+        # No token crosses a line start (`_ADDITIVE`), so each line starts where a token ends. Where the bytes do not
+        # line up (a surrogate pair, which tiktoken replaces), the table stays empty and `count` encodes every text
+        # itself. (This checks the boundaries only; that each side encodes alone as it does in the whole is the
+        # pre-tokenizer argument of `_ADDITIVE`, which the tests check.)
         ends_there = np.concatenate(([0], token_ends))[at]
         if len(ids) and np.array_equal(ends_there, byte_starts):
             before = at.tolist()
-    _document.value = _Primed(text, name, ids, starts, firsts, before)
+    _document.value = _Primed(text, name, tuple(ids), starts, firsts, before)
     _document.hint = 0
-    return ids
+    return _document.value.ids
+
+
+def primed_for(text: str, name: str) -> None:
+    """`prime` unless `text` is already this thread's primed document (a strategy run in a process of its own)."""
+    primed = getattr(_document, "value", None)
+    if primed is None or primed.name != name or not (primed.text is text or primed.text == text):
+        prime(text, name)
 
 
 def forget() -> None:
@@ -164,7 +177,7 @@ def forget() -> None:
     _document.value = None
 
 
-def document_ids(text: str, name: str) -> list[int]:
+def document_ids(text: str, name: str) -> tuple[int, ...] | list[int]:
     """The token ids of `text`: those `prime` computed when it was this thread's last document, else encoded now."""
     primed = getattr(_document, "value", None)
     if primed is not None and primed.name == name and (primed.text is text or primed.text == text):
@@ -192,6 +205,7 @@ def _token_bytes(ids: np.ndarray, name: str) -> np.ndarray:
 def count_many(texts: list[str], name: str) -> list[int]:
     if not texts:
         return []
-    if sum(map(len, texts)) < BATCH_CHARS:
-        return [count(t, name) for t in texts]
+    primed = getattr(_document, "value", None)
+    if sum(map(len, texts)) < BATCH_CHARS or (primed is not None and primed.name == name and primed.before):
+        return [count(t, name) for t in texts]  # with a primed document: spans of it, from its table
     return [len(t) for t in encoding(name).encode_ordinary_batch(texts)]
