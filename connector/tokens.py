@@ -5,6 +5,10 @@ same files (their sha256 matches the ones tiktoken expects), so we place them wh
 first `get_encoding`. The fast Rust encoder then runs without ever touching the network.
 
 Every function takes the encoding's name: the one default is `ChunkingSettings.encoding`.
+
+A document's spans are counted from one encoding of the whole document (`prime`, called by `convert`): strategies
+and guards count the same lines again and again, cut in different places, and tiktoken was the largest single cost of
+choosing a short document's chunks.
 """
 
 from __future__ import annotations
@@ -167,8 +171,7 @@ def prime(text: str, name: str) -> tuple[int, ...]:
 
 def primed_for(text: str, name: str) -> None:
     """`prime` unless `text` is already this thread's primed document (a strategy run in a process of its own)."""
-    primed = getattr(_document, "value", None)
-    if primed is None or primed.name != name or not (primed.text is text or primed.text == text):
+    if _primed_as(text, name) is None:
         prime(text, name)
 
 
@@ -179,10 +182,16 @@ def forget() -> None:
 
 def document_ids(text: str, name: str) -> tuple[int, ...] | list[int]:
     """The token ids of `text`: those `prime` computed when it was this thread's last document, else encoded now."""
+    primed = _primed_as(text, name)
+    return primed.ids if primed is not None else encoding(name).encode_ordinary(text)
+
+
+def _primed_as(text: str, name: str) -> _Primed | None:
+    """This thread's primed document if it is `text` in encoding `name`."""
     primed = getattr(_document, "value", None)
     if primed is not None and primed.name == name and (primed.text is text or primed.text == text):
-        return primed.ids
-    return encoding(name).encode_ordinary(text)
+        return primed
+    return None
 
 
 @functools.cache
