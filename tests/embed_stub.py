@@ -9,12 +9,15 @@ search through them finds what shares words with the question. What it can be to
   tiktoken counts) get OpenAI's 400 "maximum context length";
 - `delay`: seconds every request takes; `max_batch`: more inputs in one request get TEI's 413; `fixed_dim`: a
   `dimensions` parameter gets 400; `refuse`: a request with an input containing this string gets 400;
-  `constant`: answer every input (text or token ids) with one constant vector, at once (`tests.pgai_compare`).
+  `constant`: answer every input (text or token ids) with one constant vector, at once (`tests.pgai_compare`);
+  `base64`: vectors as base64 float32 whatever was asked (as the official client's default asks for); ("garbage",)
+  in `fail`: a 200 whose body is not JSON (a proxy's error page).
 It records every request (inputs, headers, arrival time) and how many were in flight at once.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import threading
@@ -35,6 +38,7 @@ class EmbeddingStub:
         self.fixed_dim = False  # True: a `dimensions` parameter is refused with 400, as for text-embedding-ada-002
         self.refuse: str | None = None  # a request with an input containing this gets 400 (an input it will not take)
         self.constant = False  # True: one constant unit vector per input, text or token ids, at once (benchmarks)
+        self.base64 = False  # True: every vector as base64 float32, whatever `encoding_format` asked for
         self.dim = dim
         self.key = key
         self.max_tokens = max_tokens
@@ -78,6 +82,8 @@ class EmbeddingStub:
                 if action and action[0] == "429":
                     return self._send(429, _error("Rate limit reached", "rate_limit_exceeded"),
                                       {"Retry-After": str(action[1])})  # fmt: skip
+                if action and action[0] == "garbage":
+                    return self._send(200, None, raw=b"<html><body>502 Bad Gateway</body></html>")
                 if action and action[0] == "500":
                     return self._send(500, _error("The server had an error", "server_error"))
                 if stub.key is not None and self.headers.get("Authorization") != f"Bearer {stub.key}":
@@ -112,13 +118,16 @@ class EmbeddingStub:
                 if action and action[0] == "wrong_dim":
                     dim = dim // 2
                 vectors = hashed_bow(inputs, dim)
-                data = [{"object": "embedding", "index": i, "embedding": [float(x) for x in v]}
+                data = [{"object": "embedding", "index": i,
+                         "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if stub.base64
+                         else [float(x) for x in v]}
                         for i, v in enumerate(vectors)]  # fmt: skip
+                data.reverse()  # the order of `data` is not the inputs': `index` says which is which
                 self._send(200, {"object": "list", "data": data, "model": body.get("model"),
                                  "usage": {"prompt_tokens": 1, "total_tokens": 1}})  # fmt: skip
 
-            def _send(self, status: int, payload: dict, headers: dict | None = None) -> None:
-                raw = json.dumps(payload).encode()
+            def _send(self, status: int, payload: dict | None, headers: dict | None = None, raw: bytes = b"") -> None:
+                raw = raw or json.dumps(payload).encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")

@@ -111,6 +111,25 @@ def test_a_timeout_is_retried_then_a_transient_error(stub, opened) -> None:
         model.embed(["slow twice"])
 
 
+def test_vectors_sent_as_base64_are_the_same_vectors_in_input_order(stub, opened) -> None:
+    model = opened(embed_settings(stub, dimensions=64))
+    texts = ["penguins swim in cold water", "postgres stores rows in pages", "tea is brewed with hot water"]
+    as_floats = model.embed(texts).vectors
+    stub.base64 = True  # a server answering base64 float32 whatever was asked (the stub also reverses `data`)
+    as_base64 = model.embed(texts).vectors
+    assert np.allclose(as_floats, as_base64, atol=1e-6)
+    alone = np.stack([model.embed([t]).vectors[0] for t in texts])  # order kept: row i is text i's vector
+    assert np.allclose(alone, as_base64, atol=1e-6) and not np.allclose(alone[0], alone[1])
+
+
+def test_an_answer_that_is_not_embeddings_is_a_transient_error_then_the_next_succeeds(stub, opened) -> None:
+    model = opened(embed_settings(stub, dimensions=64))
+    stub.fail = [("garbage",)]
+    with pytest.raises(TransientError, match="not a list of embeddings"):
+        model.embed(["behind a broken proxy"])
+    assert model.embed(["behind a mended proxy"]).vectors.shape == (1, 64)
+
+
 def test_vectors_of_another_dimension_stop_the_process(stub, opened) -> None:
     model = opened(embed_settings(stub, dimensions=64))
     stub.fail = [("wrong_dim",)]
