@@ -215,7 +215,7 @@ def run(
     watch: Annotated[Path | None, typer.Option("--watch", help="Folder to watch (default ./inbox).")] = None,
     dsn: DsnOption = None,
     embedder: EmbedderOption = None,
-    workers: Annotated[int | None, typer.Option("--workers", help="Worker threads (default 1).", min=1)] = None,
+    workers: Annotated[int | None, typer.Option("--workers", help="Worker threads (default 2).", min=1)] = None,
     once: Annotated[bool, typer.Option("--once", help="Queue the folder, drain the queue, exit.")] = False,
     no_watch: Annotated[bool, typer.Option("--no-watch", help="Only the queue table: no folder.")] = False,
     http_port: Annotated[

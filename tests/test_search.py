@@ -132,8 +132,8 @@ def test_search_context_joins_a_hit_with_its_neighbours(corpus: str) -> None:
 
 
 def test_search_uses_the_hnsw_index_on_a_realistic_table(settings: Settings) -> None:
-    """20,000 chunks (40,000 windows) of random vectors: the search's vector arm is an HNSW index scan of the
-    windows, never a scan of all rows, with a filter or without."""
+    """20,000 chunks (40,000 windows) of random vectors: the search's vector arm is two HNSW index scans, of the
+    windows and of the chunks, never a scan of all rows, with a filter or without."""
     dsn = settings.dsn.get_secret_value()
     rng = np.random.default_rng(7)
     with connect(dsn, autocommit=True) as conn:
@@ -142,7 +142,7 @@ def test_search_uses_the_hnsw_index_on_a_realistic_table(settings: Settings) -> 
             "RETURNING id"
         ).fetchone()[0]
         # Loaded without the HNSW indexes, which are built afterwards, as one would load a table this size: one
-        # build is several times faster than 60,000 graph insertions (the search only reads the windows' index).
+        # build is several times faster than 60,000 graph insertions.
         conn.execute("DROP INDEX connector.chunks_embedding_hnsw, connector.chunk_windows_embedding_hnsw")
         with conn.cursor().copy(
             "COPY connector.chunks (id, document_id, ordinal, text, token_count, start_char, end_char, embedding, "
@@ -164,6 +164,7 @@ def test_search_uses_the_hnsw_index_on_a_realistic_table(settings: Settings) -> 
             "CREATE INDEX chunk_windows_embedding_hnsw ON connector.chunk_windows "
             "USING hnsw (embedding vector_cosine_ops)"
         )
+        conn.execute("CREATE INDEX chunks_embedding_hnsw ON connector.chunks USING hnsw (embedding vector_cosine_ops)")
         for table in ("chunks", "chunk_windows", "documents"):
             conn.execute(f"ANALYZE connector.{table}")
         query = rng.standard_normal(384).astype(np.float32)
@@ -180,8 +181,9 @@ def test_search_uses_the_hnsw_index_on_a_realistic_table(settings: Settings) -> 
         filtered = conn.execute(
             "SELECT count(*) FROM connector.search(%s, NULL, 10, %s)", (query, Jsonb({"source_key_prefix": "bi"}))
         ).fetchone()
-    for plan in plans.values():
+    for plan in plans.values():  # two walks: the long chunks' windows, and every chunk by its own vector
         assert "chunk_windows_embedding_hnsw" in plan and "Seq Scan on chunk_windows" not in plan, plan
+        assert "chunks_embedding_hnsw" in plan and "Seq Scan on chunks" not in plan, plan
     assert hits == (10,) and filtered == (10,)
 
 

@@ -40,7 +40,7 @@ def _insert_chunk(conn, doc: int, ordinal: int, mean, windows) -> int:
         "strategy, embed_windows) VALUES (%s, %s, %s, 1, 0, 1, %s, 'x', %s) RETURNING id",
         (doc, ordinal, f"chunk {ordinal}", _unit(mean), len(windows)),
     ).fetchone()[0]
-    for no, w in enumerate(windows):
+    for no, w in enumerate(windows if len(windows) > 1 else []):  # as the writer: one window is the chunk's vector
         conn.execute(
             "INSERT INTO connector.chunk_windows (chunk_id, window_no, start_char, end_char, embedding) "
             "VALUES (%s, %s, 0, 1, %s)",
@@ -84,8 +84,9 @@ def test_a_chunk_is_ranked_by_its_best_window_blended_with_its_mean(migrated_dsn
 
 def test_the_pipeline_stores_each_window_with_its_span_and_vector(settings: Settings) -> None:
     """A real document through the real pipeline and MiniLM: each chunk's windows lie inside it, in order, as many
-    as `embed_windows` says; a one-window chunk's window vector is the chunk's vector; a long chunk's windows
-    differ from each other and from the mean. With a heading template, the spans are still in the document."""
+    as `embed_windows` says; a long chunk's windows
+    differ from each other and from the mean; a chunk that fits the model has no window rows (its own vector is its
+    window). With a heading template, the spans are still in the document."""
     minilm = load("minilm")
     chunking = settings.chunking.forced("recursive_1100")
     text = (FIXTURES / "dockerfile-reference.md").read_text()
@@ -102,8 +103,8 @@ def test_the_pipeline_stores_each_window_with_its_span_and_vector(settings: Sett
             conn.execute("TRUNCATE connector.documents CASCADE")
             conn.execute(
                 "INSERT INTO connector.documents (source_key, title, content, mime_type) "
-                "VALUES ('dockerfile', 'Dockerfile reference', %s, 'text/markdown')",
-                (text,),
+                "VALUES ('dockerfile', 'Dockerfile reference', %s, 'text/markdown'), ('note', 'A note', %s, 'text/plain')",
+                (text, "A short note that fits the model's input in one window."),
             )
             ensure_embedding_model(conn, minilm)
             Worker(conn, Pipeline(run_settings, minilm), []).drain(threading.Event())
@@ -120,20 +121,21 @@ def test_the_pipeline_stores_each_window_with_its_span_and_vector(settings: Sett
                 for cid, *_ in chunks
             }
         assert chunks and any(n > 1 for *_, n, _ in chunks), "the fixture must have chunks past the model's input"
+        assert any(n == 1 for *_, n, _ in chunks), "and chunks that fit it"
         for cid, start, end, n, mean in chunks:
             ws = windows[cid]
+            if n == 1:  # searched by its own vector (migration 0013)
+                assert ws == []
+                continue
             assert [w[0] for w in ws] == list(range(n))
             assert all(start <= s <= e <= end for _, s, e, _ in ws)
             assert all(a[2] <= b[1] for a, b in zip(ws, ws[1:], strict=False))
             assert ws[-1][2] >= end - len(text[start:end]) + len(text[start:end].rstrip())
             if template == "{text}":
                 assert ws[0][1] == start
-            if n == 1:
-                assert np.allclose(_np(ws[0][3]), _np(mean), atol=1e-6)
-            else:
-                assert not np.allclose(_np(ws[0][3]), _np(ws[1][3]), atol=1e-3)
-                cosines = [float(_np(w[3]) @ _np(mean)) for w in ws]
-                assert min(cosines) > 0 and sum(cosines) / len(cosines) > 0.3, cosines
+            assert not np.allclose(_np(ws[0][3]), _np(ws[1][3]), atol=1e-3)
+            cosines = [float(_np(w[3]) @ _np(mean)) for w in ws]
+            assert min(cosines) > 0 and sum(cosines) / len(cosines) > 0.3, cosines
 
 
 def test_the_heading_prefix_of_the_template() -> None:
@@ -188,12 +190,25 @@ def test_migration_0007_gives_older_chunks_one_window_and_downgrades(dsn: str) -
             "strategy, embed_windows) VALUES (%s, 0, 'old chunk', 2, 0, 9, %s, 'x', 3)",
             (doc, v),
         )
-    migrate(dsn, 384)
+    windows = "SELECT window_no, start_char, end_char, embedding FROM connector.chunk_windows"
+    migrate(dsn, 384, "0007")
     with psycopg.connect(dsn, autocommit=True) as conn:
         register_vector(conn)
-        rows = conn.execute("SELECT window_no, start_char, end_char, embedding FROM connector.chunk_windows").fetchall()
+        rows = conn.execute(windows).fetchall()
         assert len(rows) == 1 and rows[0][:3] == (0, 0, 9) and np.allclose(_np(rows[0][3]), v, atol=1e-6)
         assert conn.execute("SELECT text, strategy FROM connector.search(%s)", (v,)).fetchall() == [("old chunk", "x")]
+    migrate(dsn, 384)  # 0013: a single window is the chunk's own vector; it goes, the search still finds the chunk
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
+        assert conn.execute(windows).fetchall() == []
+        found = conn.execute("SELECT text, score FROM connector.search(%s)", (v,)).fetchall()
+        assert [t for t, _ in found] == ["old chunk"] and found[0][1] == pytest.approx(1.0, abs=1e-5)
+    migrate(dsn, 384, "0012", downgrade=True)  # and comes back
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
+        rows = conn.execute(windows).fetchall()
+        assert len(rows) == 1 and rows[0][:3] == (0, 0, 9) and np.allclose(_np(rows[0][3]), v, atol=1e-6)
+        assert conn.execute("SELECT text FROM connector.search(%s)", (v,)).fetchall() == [("old chunk",)]
     migrate(dsn, 384, "0006", downgrade=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
         register_vector(conn)

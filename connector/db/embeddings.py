@@ -317,8 +317,9 @@ def write_standby(
     """(chunk id, vector, windows in document offsets) for chunks that may have been deleted meanwhile: those are
     skipped. Refused when the standby slot no longer holds `spec` (a switch or a drop ran meanwhile: the names now
     point at another model's vectors)."""
+    # Only chunks of several windows have window rows: one window is the chunk's own vector (migration 0013).
     windows = [{"id": cid, "no": no, "start": s, "end": e, "v": v}
-               for cid, _, ws in vectors for no, (s, e, v) in enumerate(ws)]  # fmt: skip
+               for cid, _, ws in vectors if len(ws) > 1 for no, (s, e, v) in enumerate(ws)]  # fmt: skip
     with conn.transaction(), conn.cursor() as cur:
         cur.execute(LOCK_SHARED, (MODEL_LOCK,))
         standby = models(conn).get("standby")

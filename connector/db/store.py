@@ -292,7 +292,8 @@ class Store:
                             ec.embedding, ec.embed_windows, strategy,
                         )
                     )  # fmt: skip
-                    windows += [(own[i], no, w.start, w.end, w.embedding) for no, w in enumerate(ec.windows)]
+                    if len(ec.windows) > 1:  # one window is the chunk's own vector (migration 0013)
+                        windows += [(own[i], no, w.start, w.end, w.embedding) for no, w in enumerate(ec.windows)]
         if windows:
             with self.conn.cursor().copy(queries.COPY_WINDOWS) as copy:
                 copy.set_types(queries.COPY_WINDOWS_TYPES)
