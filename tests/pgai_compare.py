@@ -11,10 +11,10 @@ and for this sidecar every strategy, the guards, the five metrics and selection;
 Each round runs, in this order and each in a fresh database of one embedded Postgres: pgai with its default
 splitter (800/400 characters), pgai with 4000/200, pgai 4000/200 with an HNSW index on its destination (ours
 always has one, and BM25 postings), pgai 800/400 with `--concurrency 2`; then this sidecar: one process with its
-CPU pool (one process per core), the same with two worker threads, the same with the in-process `fake` embedder,
-and without the pool (`CONNECTOR_CPU_PROCESSES=0`) with one and two processes. pgai's time is its `--once` run
-minus the same command's run on an empty queue (its start: imports, connection); ours is queued → committed with
-the processes started first. Not a test: its figures go into notes.
+CPU pool (one process per core) and one worker thread, the same with two (the default), the same with the
+in-process `fake` embedder, and without the pool (`CONNECTOR_CPU_PROCESSES=0`) with one and two processes. pgai's
+time is its `--once` run minus the same command's run on an empty queue (its start: imports, connection); ours is
+queued → committed with the processes started first. Not a test: its figures go into notes.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def main() -> None:
     stubbed = Settings(data_dir=parent / "data", models_dir=models, embedder="openai",
                        embed={"base_url": stub.base_url, "api_key": "stub-key", "dimensions": DIM})  # fmt: skip
     no_pool = stubbed.model_copy(update={"cpu_processes": 0})  # as before the CPU pool; two processes: two cores
-    threads2 = stubbed.model_copy(update={"workers": 2})
+    one_thread = stubbed.model_copy(update={"workers": 1})  # the default is two worker threads
     results: list[dict] = []
     try:
         for round_no in range(1, args.rounds + 1):
@@ -137,8 +137,8 @@ def main() -> None:
                 lambda: pgai_arm(args.pgai, admin, stub, rows, 4000, 200, False),
                 lambda: pgai_arm(args.pgai, admin, stub, rows, 4000, 200, True),
                 lambda: pgai_arm(args.pgai, admin, stub, rows, 800, 400, False, concurrency=2),
-                lambda: ours_arm(stubbed, admin, rows, 1, "openai stub, CPU pool"),
-                lambda: ours_arm(threads2, admin, rows, 1, "openai stub, CPU pool, 2 worker threads"),
+                lambda: ours_arm(one_thread, admin, rows, 1, "openai stub, CPU pool, 1 worker thread"),
+                lambda: ours_arm(stubbed, admin, rows, 1, "openai stub, CPU pool, 2 worker threads (default)"),
                 lambda: ours_arm(stubbed.model_copy(update={"embedder": "fake"}), admin, rows, 1, "fake, CPU pool"),
                 lambda: ours_arm(no_pool, admin, rows, 1, "openai stub, no CPU pool"),
                 lambda: ours_arm(no_pool, admin, rows, 2, "openai stub, no CPU pool"),

@@ -103,7 +103,8 @@ def test_the_pipeline_stores_each_window_with_its_span_and_vector(settings: Sett
             conn.execute("TRUNCATE connector.documents CASCADE")
             conn.execute(
                 "INSERT INTO connector.documents (source_key, title, content, mime_type) "
-                "VALUES ('dockerfile', 'Dockerfile reference', %s, 'text/markdown'), ('note', 'A note', %s, 'text/plain')",
+                "VALUES ('dockerfile', 'Dockerfile reference', %s, 'text/markdown'), "
+                "('note', 'A note', %s, 'text/plain')",
                 (text, "A short note that fits the model's input in one window."),
             )
             ensure_embedding_model(conn, minilm)

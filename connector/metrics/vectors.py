@@ -14,6 +14,7 @@ import contextlib
 import copy
 import fcntl
 import io
+import itertools
 import logging
 import os
 import re
@@ -98,10 +99,14 @@ class StaticEncoder:
         model.tokenizer.no_truncation()  # this thread's copy: model2vec leaves its 512-piece cap set
         unknown = model.unk_token_id
         sums = np.zeros((len(missing), self.dim), dtype=np.float32)
-        for k, pieces in enumerate(model.tokenizer.encode_batch_fast(missing, add_special_tokens=False)):
-            ids = [i for i in pieces.ids if i != unknown]  # as model2vec: unknown pieces carry no vector
-            if ids:
-                sums[k] = model._encode_helper(np.asarray(ids, dtype=np.int64)).astype(np.float32).sum(axis=0)
+        encoded = model.tokenizer.encode_batch_fast(missing, add_special_tokens=False)
+        ids = [[i for i in e.ids if i != unknown] for e in encoded]  # as model2vec: unknown pieces carry no vector
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        if lengths.any():  # every piece's vector in one lookup, summed per word (one numpy call per word cost more)
+            flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+            pieces = model._encode_helper(flat).astype(np.float32)
+            words_with = lengths > 0
+            sums[words_with] = np.add.reduceat(pieces, (np.cumsum(lengths) - lengths)[words_with], axis=0)
         if len(missing) > WORD_CACHE:  # a document of more distinct words: not kept
             own = {w: k for k, w in enumerate(missing)}
             return sums[[own[w] for w in words]]
