@@ -8,8 +8,10 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.types.json import set_json_dumps
 
 from connector import secrets
 from connector.db import embeddings, queries
@@ -85,6 +87,11 @@ def database(settings: Settings) -> Iterator[str]:
         server.cleanup()
 
 
+def _json_dumps(value) -> bytes:
+    # Non-string keys become strings, as with `json.dumps`; numpy scalars and arrays are numbers and lists.
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+
+
 def connect(dsn: str, **kwargs) -> psycopg.Connection:
     """A connection with pgvector types registered; connection failures become `TransientError`."""
     from pgvector.psycopg import register_vector
@@ -96,6 +103,9 @@ def connect(dsn: str, **kwargs) -> psycopg.Connection:
         raise _cannot_connect(dsn, exc) from exc
     except psycopg.ProgrammingError as exc:  # a value libpq refuses (connect_timeout=abc): the DSN is wrong
         raise FatalError(f"invalid DSN {_masked(dsn)}: {secrets.scrub(str(exc))}") from None
+    # jsonb parameters (candidates' params, shapes and timings, blocks: forty a document) written with orjson,
+    # several times faster than the standard library's encoder.
+    set_json_dumps(_json_dumps, conn)
     try:
         register_vector(conn)
     except psycopg.ProgrammingError:
