@@ -217,6 +217,73 @@ def test_migration_0007_gives_older_chunks_one_window_and_downgrades(dsn: str) -
         assert conn.execute("SELECT to_regclass('connector.chunk_windows')").fetchone() == (None,)
 
 
+def test_migration_0013_keeps_windows_of_long_chunks_only_in_both_slots_and_downgrades(dsn: str) -> None:
+    """A short chunk (one window) and a long one (two), in the active slot and in a reembed's standby slot: 0013
+    removes the short chunk's window rows from both, builds the window indexes anew, and the search still finds the
+    short chunk by its own vector; the downgrade gives it its window back in both slots (from each slot's vector)."""
+    migrate(dsn, 384, "0012")
+    rng = np.random.default_rng(3)
+    short, long_mean, w0, w1, standby = (_unit(rng.standard_normal(384)) for _ in range(5))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
+        doc = conn.execute(
+            "INSERT INTO connector.documents (source_key, content, status) VALUES ('d', 'x', 'done') RETURNING id"
+        ).fetchone()[0]
+        ids = {}
+        for name, vector, n in (("short", short, 1), ("long", long_mean, 2)):
+            ids[name] = conn.execute(
+                "INSERT INTO connector.chunks (document_id, ordinal, text, token_count, start_char, end_char, "
+                "embedding, strategy, embed_windows) VALUES (%s, %s, %s, 2, 0, 5, %s, 'x', %s) RETURNING id",
+                (doc, n, f"{name} chunk", vector, n),
+            ).fetchone()[0]
+        conn.execute("ALTER TABLE connector.chunks ADD COLUMN standby_embedding vector(384)")
+        conn.execute(
+            "CREATE TABLE connector.standby_windows (chunk_id bigint NOT NULL REFERENCES connector.chunks (id) "
+            "ON DELETE CASCADE, window_no integer NOT NULL, start_char integer NOT NULL, end_char integer NOT NULL, "
+            "embedding vector(384) NOT NULL, CONSTRAINT standby_windows_pkey PRIMARY KEY (chunk_id, window_no))"
+        )
+        conn.execute("UPDATE connector.chunks SET standby_embedding = %s", (standby,))
+        for table in ("chunk_windows", "standby_windows"):
+            conn.execute(f"DELETE FROM connector.{table}")
+            first = short if table == "chunk_windows" else standby
+            for cid, no, vector in ((ids["short"], 0, first), (ids["long"], 0, w0), (ids["long"], 1, w1)):
+                conn.execute(
+                    f"INSERT INTO connector.{table} (chunk_id, window_no, start_char, end_char, embedding) "
+                    "VALUES (%s, %s, 0, 5, %s)",
+                    (cid, no, vector),
+                )
+
+    def windows(conn, table: str) -> list:
+        return conn.execute(f"SELECT chunk_id, window_no FROM connector.{table} ORDER BY 1, 2").fetchall()
+
+    migrate(dsn, 384)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
+        for table in ("chunk_windows", "standby_windows"):
+            assert windows(conn, table) == [(ids["long"], 0), (ids["long"], 1)]
+        found = conn.execute("SELECT chunk_id, score FROM connector.search(%s, NULL, 1)", (short,)).fetchall()
+        assert found[0][0] == ids["short"] and found[0][1] == pytest.approx(1.0, abs=1e-5)
+        # the long chunk is still ranked by its best window (blended with its mean)
+        found = conn.execute("SELECT chunk_id, score FROM connector.search(%s, NULL, 1)", (w1,)).fetchall()
+        assert found[0][0] == ids["long"]
+        assert found[0][1] == pytest.approx(0.5 + 0.5 * float(long_mean @ w1), abs=1e-5)
+        assert conn.execute(
+            "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = 'chunk_windows_embedding_hnsw' AND i.indisvalid"
+        ).fetchone() == (1,)
+    migrate(dsn, 384, "0012", downgrade=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
+        for table, vector in (("chunk_windows", short), ("standby_windows", standby)):
+            assert windows(conn, table) == [(ids["short"], 0), (ids["long"], 0), (ids["long"], 1)]
+            back = conn.execute(
+                f"SELECT embedding FROM connector.{table} WHERE chunk_id = %s", (ids["short"],)
+            ).fetchone()[0]
+            assert np.allclose(_np(back), vector, atol=1e-6)
+        found = conn.execute("SELECT chunk_id FROM connector.search(%s, NULL, 1)", (short,)).fetchall()
+        assert found == [(ids["short"],)]
+
+
 REEMBED = "UPDATE connector.documents SET content_hash = NULL, status = 'pending', retries = 0 WHERE status = 'done';"
 
 

@@ -107,10 +107,12 @@ def _arm(settings: Settings, dsn: str, paths: list[str], name: str, out: mp.Queu
 def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop) -> None:
     from connector import sidecar
 
-    pipeline = Pipeline(settings, load_configured(settings))
+    embedder = load_configured(settings)
+    first = [Pipeline(settings, embedder)]  # the models loaded before the clock starts
     ready.put(True)
     try:
-        sidecar.run(settings, dsn, lambda: pipeline, stop, watch=False)
+        # One pipeline per worker thread, as `connector run` makes them (chunkers are not shared between threads).
+        sidecar.run(settings, dsn, lambda: first.pop() if first else Pipeline(settings, embedder), stop, watch=False)
     finally:
         candidates.shutdown_pool()  # see _arm_child
 

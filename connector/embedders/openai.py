@@ -251,6 +251,8 @@ def _vectors(body: bytes, expected: int) -> np.ndarray:
     a server may send whatever was asked, as the official client's default asks for)."""
     try:
         data = sorted(orjson.loads(body)["data"], key=lambda d: d["index"])
+        if [d["index"] for d in data] != list(range(len(data))):  # a vector per input, none twice: else misplaced
+            raise ValueError("indexes are not 0..n-1")
         rows = [
             np.frombuffer(base64.b64decode(e), dtype=np.float32) if isinstance(e, str) else np.asarray(e, np.float32)
             for e in (d["embedding"] for d in data)
