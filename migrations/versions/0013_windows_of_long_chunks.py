@@ -19,6 +19,9 @@ Revises: 0012
 Create Date: 2026-12-03
 """
 
+import importlib.util
+from pathlib import Path
+
 from alembic import op
 
 revision = "0013"
@@ -61,21 +64,13 @@ AS $$
 $$;
 """
 
-# As 0007 made it: one walk of the windows' graph, every chunk having at least one window.
-WINDOWS_0007 = """
-CREATE OR REPLACE FUNCTION connector.search_windows(query_embedding vector, filter jsonb, n integer)
-RETURNS TABLE (chunk_id bigint, dist double precision)
-LANGUAGE sql STABLE
-AS $$
-    SELECT w.chunk_id, w.embedding <=> query_embedding
-    FROM connector.chunk_windows w
-    JOIN connector.chunks c ON c.id = w.chunk_id
-    JOIN connector.documents d ON d.id = c.document_id
-    WHERE connector.search_matches(filter, d.metadata, d.source, d.source_key, c.chunk_type, c.document_id)
-    ORDER BY w.embedding <=> query_embedding
-    LIMIT n
-$$;
-"""
+
+def _windows_0007() -> str:
+    """0007's function, as it made it: one walk of the windows' graph, every chunk having at least one window."""
+    spec = importlib.util.spec_from_file_location("_m0007", Path(__file__).with_name("0007_windows.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.WINDOWS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
 
 
 # The standby slot (`connector reembed`: a build in progress, or the model kept after a switch) follows the same rule.
@@ -128,4 +123,4 @@ def downgrade() -> None:
     # NOTE: stop sidecars of this version first: they write no window for a chunk that fits the model, which
     # 0007's one-walk search would then never find.
     op.execute(SINGLE_WINDOWS_BACK)
-    op.execute(WINDOWS_0007)
+    op.execute(_windows_0007())
