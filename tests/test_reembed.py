@@ -213,6 +213,48 @@ def test_reembed_to_another_dimension_serves_searches_throughout_then_switches_b
             reembed.switch(dsn, settings, lambda done, total: None)
 
 
+def test_a_reembed_keeps_windows_of_long_chunks_only_and_searches_both_kinds_after_the_switch(
+    settings: Settings, fake_corpus: str
+) -> None:
+    """A model with a short input limit: the chunks longer than it get several standby windows each, those that fit
+    none (their standby vector is their window, migration 0013); after the switch a search finds either kind."""
+    dsn = fake_corpus
+    with connect(dsn, autocommit=True) as conn:
+        counts = sorted(n for (n,) in conn.execute("SELECT token_count FROM connector.chunks"))
+    limit = max(16, counts[len(counts) // 2])  # about half the chunks fit, half do not
+    with EmbeddingStub(dim=48) as stub:
+        s = with_endpoint(settings, stub, max_input_tokens=limit)
+        model = load("openai", s.embed)
+        try:
+            reembed.build(dsn, s, model, lambda done, total: None)
+        finally:
+            close(model)
+        with connect(dsn, autocommit=True) as conn:
+            per_chunk = dict(
+                conn.execute("SELECT chunk_id, count(*) FROM connector.standby_windows GROUP BY chunk_id").fetchall()
+            )
+            total = conn.execute("SELECT count(*) FROM connector.chunks").fetchone()[0]
+        assert per_chunk and min(per_chunk.values()) >= 2, "a chunk with window rows has several"
+        assert len(per_chunk) < total, "and the chunks that fit the model have none"
+        reembed.switch(dsn, s, lambda done, total: None)
+        with connect(dsn, autocommit=True) as conn:
+            long_id = next(iter(per_chunk))
+            short_id = conn.execute(
+                "SELECT id FROM connector.chunks WHERE id <> ALL(%s) ORDER BY id LIMIT 1", (list(per_chunk),)
+            ).fetchone()[0]
+            for chunk_id in (short_id, long_id):
+                vector = conn.execute("SELECT embedding FROM connector.chunks WHERE id = %s", (chunk_id,)).fetchone()[0]
+                if chunk_id == long_id:  # asked with one of its windows: its best window matches exactly
+                    vector = conn.execute(
+                        "SELECT embedding FROM connector.chunk_windows WHERE chunk_id = %s AND window_no = 1",
+                        (chunk_id,),
+                    ).fetchone()[0]
+                found = conn.execute(
+                    "SELECT chunk_id FROM connector.search(%s, NULL, 3, '{}', 1.0, 1.0)", (vector,)
+                ).fetchall()
+                assert (chunk_id,) in found, (chunk_id, found)
+
+
 def test_a_reembed_killed_midway_resumes_where_it_stopped(fake_corpus: str, tmp_path) -> None:
     dsn = fake_corpus
     with connect(dsn, autocommit=True) as conn:
