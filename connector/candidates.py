@@ -88,11 +88,20 @@ def _shared_pool() -> ProcessPoolExecutor:
         if _pool is None:
             # `spawn`: the sidecar process holds torch's thread pools, which do not survive a fork.
             _pool = ProcessPoolExecutor(
-                max_workers=2, mp_context=mp.get_context("spawn"), initializer=exit_with_parent,
+                max_workers=2, mp_context=mp.get_context("spawn"), initializer=_child_start,
                 initargs=(os.getpid(),),
             )  # fmt: skip
             atexit.register(shutdown_pool)
         return _pool
+
+
+def _child_start(parent: int) -> None:
+    from connector import allocator
+    from connector.pool import one_core
+
+    allocator.tune()
+    one_core()
+    exit_with_parent(parent)
 
 
 def _forget(broken: ProcessPoolExecutor) -> None:

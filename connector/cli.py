@@ -50,6 +50,9 @@ class _App(typer.Typer):
         return super().command(*args, cls=cls, **kwargs)
 
     def __call__(self, *args, **kwargs):
+        from connector import allocator
+
+        allocator.tune()  # this process's numpy temporaries reuse the heap (see connector.allocator)
         try:
             return super().__call__(*args, **kwargs)
         finally:

@@ -227,6 +227,16 @@ def kill(executor: ProcessPoolExecutor) -> None:
         process.join(timeout=5)
 
 
+def one_core() -> None:
+    """In a pool process: native libraries compute on this process's own thread. The pool already runs one
+    process per core; a second thread of OpenBLAS (a metric's matrix product) or of the tokenizers' thread pool
+    (the static model's word pieces) only takes time from the process beside it, and their waiting threads spin."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # read by `tokenizers` when it batches
+
+
 def exit_with_parent(parent: int) -> None:
     """In a pool process: exit as soon as the sidecar that started it is gone (killed with SIGKILL, say), so no
     pool process (nor the resource tracker, which lives as long as any of them) is left running under init."""
@@ -252,7 +262,10 @@ def _start(settings: Settings, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exit_with_parent(parent)
-    from connector import secrets
+    from connector import allocator, secrets
+
+    allocator.tune()
+    one_core()
     from connector.logs import handler
 
     secrets.register(settings)  # masked in this process's log lines too

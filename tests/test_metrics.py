@@ -390,3 +390,48 @@ def test_span_vectors_asked_before_and_after_they_are_announced_agree(models_dir
     vectors.prepare(spans[::2])
     assert np.allclose(vectors(spans[::2]), cold[::2], atol=1e-6), "the announced spans, from one batch"
     assert np.allclose(vectors(spans), cold, atol=1e-6), "a mix of announced and new spans"
+
+
+def test_span_vectors_summed_as_one_product_or_from_prefix_sums_agree(models_dir, monkeypatch) -> None:
+    """A short document's spans are summed as one spans × words product, a long one's from prefix sums at their
+    edges: both must give the model's vectors, for spans announced or not."""
+    import connector.metrics.vectors as vectors_module
+
+    encoder = static_encoder(models_dir)
+    text = SPAN_TEXT[:6000]
+    spans = sentence_spans(text)
+    spans += [(a + 3, b - 2) for a, b in spans[::4] if b - a > 8]  # noqa: RUF005 (spans that cut words)
+    dense = encoder.spans(text)
+    dense.prepare(spans[::2])
+    assert dense._dense(len(spans))
+    monkeypatch.setattr(vectors_module, "DENSE_MAX_CELLS", 0)
+    summed = encoder.spans(text)
+    summed.prepare(spans[::2])
+    assert not summed._dense(1)
+    assert np.allclose(dense(spans), summed(spans), atol=1e-6)
+    want = encoder.embed([text[a:b] for a, b in spans])
+    assert np.sum(dense(spans) * want, axis=1).min() > 0.999
+
+
+def _gap_distances_reference(vectors: np.ndarray, window: int) -> np.ndarray:
+    """The first version: a cumulative sum down the columns."""
+    n = len(vectors)
+    prefix = np.vstack([np.zeros((1, vectors.shape[1])), np.cumsum(vectors, axis=0)])
+    gap = np.arange(1, n)
+    left = prefix[gap] - prefix[np.maximum(0, gap - window)]
+    right = prefix[np.minimum(n, gap + window)] - prefix[gap]
+    denominator = np.linalg.norm(left, axis=1) * np.linalg.norm(right, axis=1)
+    dots = np.einsum("ij,ij->i", left, right)
+    return np.where(denominator > 0, 1.0 - dots / np.where(denominator > 0, denominator, 1.0), 1.0)
+
+
+@examples(max_examples=100, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 5), st.integers(0, 2**32 - 1), st.booleans())
+def test_semantic_gap_distances_are_exactly_the_cumulative_sum_ones(n, window, seed, sparse) -> None:
+    from connector.chunkers.semantic import gap_distances
+
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((n, 64)).astype(np.float32)
+    if sparse:  # sentences with no word kept: zero vectors
+        vectors[rng.random(n) < 0.3] = 0
+    assert np.array_equal(gap_distances(vectors, window), _gap_distances_reference(vectors, window))

@@ -113,8 +113,10 @@ def _pool_rss(pool) -> dict[int, float]:
 
 
 def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop, out: mp.Queue) -> None:
-    from connector import sidecar
+    from connector import allocator, sidecar
     from connector.models import SourceDocument
+
+    allocator.tune()  # as `connector run` does
     from connector.pipeline import Pipeline
     from connector.pool import CpuPool, size_of
 

@@ -31,6 +31,7 @@ from connector.embedders import Embedder
 
 STATIC_DIMS = 256
 WORD_CACHE = 20_000  # distinct words whose summed piece vectors a thread keeps (~20 MB; cleared when full)
+DENSE_MAX_CELLS = 1 << 22  # spans × words summed as one matrix product up to this (a 16 MB float32 matrix)
 SPAN_MAX_WORDS = 100_000  # longer texts: vectors per chunk and sentence text, as before (memory: ~1 KB a word)
 # A word as BERT's pre-tokenizer sees it: between its whitespace (space, tab, CR, LF, Unicode Zs), not Python's \s
 # (which also splits on control characters that BERT's normaliser deletes from inside a word).
@@ -189,21 +190,26 @@ class SpanVectors:
         return bounds[:, 0], bounds[:, 1], first, last
 
     def prepare(self, spans: list[tuple[int, int]]) -> None:
-        """Prefix sums at the edges of every span that will be asked for. Only there: a full prefix sum over the
-        words costs more (numpy's cumsum down a column) than all the metrics' arithmetic."""
-        _, _, first, last = self._bounds(spans)
-        cuts = np.unique(np.concatenate([first, np.maximum(last, first), [0, len(self._rows)]]))
-        if len(self._rows):
-            segments = np.add.reduceat(self._rows, cuts[:-1], axis=0, dtype=np.float64)
-        else:
-            segments = np.zeros((len(cuts) - 1, self.dim))
-        self._cuts = cuts
-        self._prefix = np.vstack([np.zeros((1, self.dim)), np.cumsum(segments, axis=0)])
-        # And their vectors, all in one call: the metrics then ask for them a few at a time, and each call's numpy
-        # work costs far more than the lookup.
+        """The vectors of every span that will be asked for, in one batch: the metrics then ask for them a few at a
+        time, and each call's numpy work costs far more than the lookup. A long document also gets prefix sums at
+        those spans' edges, for spans asked for later."""
         announced = list(dict.fromkeys((int(a), int(b)) for a, b in spans))
+        if announced and not self._dense(len(announced)):
+            _, _, first, last = self._bounds(announced)
+            # Only at the spans' edges: a full prefix sum over the words costs more than all the metrics'
+            # arithmetic.
+            cuts = np.unique(np.concatenate([first, np.maximum(last, first), [0, len(self._rows)]]))
+            segments = np.add.reduceat(self._rows, cuts[:-1], axis=0, dtype=np.float64)
+            self._cuts = cuts
+            self._prefix = np.vstack([np.zeros((1, self.dim)), np.cumsum(segments, axis=0)])
         self._known = {span: k for k, span in enumerate(announced)}
         self._known_rows = self._compute(announced) if announced else np.zeros((0, self.dim), dtype=np.float32)
+
+    def _dense(self, spans: int) -> bool:
+        """Whether `spans` spans are summed as one product of a spans × words membership matrix with the word
+        vectors: on a short document a few times faster than prefix sums (numpy's reduceat and cumsum down the
+        columns of a words × dims matrix are slow), and bounded in memory (DENSE_MAX_CELLS)."""
+        return spans * len(self._rows) <= DENSE_MAX_CELLS
 
     def __call__(self, spans: list[tuple[int, int]]) -> np.ndarray:
         try:
@@ -215,6 +221,20 @@ class SpanVectors:
     def _compute(self, spans: list[tuple[int, int]]) -> np.ndarray:
         a, b, first, last = self._bounds(spans)
         inner = np.maximum(last, first)
+        if self._dense(len(first)):
+            words = np.arange(len(self._rows))
+            inside = (words >= first[:, None]) & (words < inner[:, None])
+            sums = (inside.astype(np.float32) @ self._rows).astype(np.float64)
+        else:
+            sums = self._prefix_sums(first, inner)
+        self._add_cut_words(sums, a, b, first, last)
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        # No word inside (punctuation alone, unknown words): the zero vector, as model2vec gives.
+        return (sums / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+
+    def _prefix_sums(self, first: np.ndarray, inner: np.ndarray) -> np.ndarray:
+        """The word vectors summed over [first, inner) of each span, from the prefix sums `prepare` left where they
+        are known, directly elsewhere."""
         i = np.searchsorted(self._cuts, first)
         j = np.searchsorted(self._cuts, inner)
         n = len(self._cuts)
@@ -224,10 +244,7 @@ class SpanVectors:
         sums[known] = self._prefix[j[known]] - self._prefix[i[known]]
         for k in np.flatnonzero(~known):  # a span nobody announced: summed directly
             sums[k] = self._rows[first[k] : inner[k]].sum(axis=0, dtype=np.float64)
-        self._add_cut_words(sums, a, b, first, last)
-        norms = np.linalg.norm(sums, axis=1, keepdims=True)
-        # No word inside (punctuation alone, unknown words): the zero vector, as model2vec gives.
-        return (sums / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+        return sums
 
     def _add_cut_words(self, sums: np.ndarray, a, b, first, last) -> None:
         """Add the pieces of words a span's edge cuts: the part of the word inside the span, tokenized alone."""

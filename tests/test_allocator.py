@@ -1,0 +1,56 @@
+"""The allocator settings of each process (`connector.allocator`) and the one-thread rule of pool processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+# Four 160 KB temporaries made and freed again and again, as the metrics do for each document; the page faults of
+# the second round counted.
+_CHURN = """
+import resource, sys
+import numpy as np
+{setup}
+def churn():
+    for _ in range(300):
+        temporaries = [np.ones(40_000, dtype=np.float32) for _ in range(4)]
+        del temporaries
+churn()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+churn()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _faults(setup: str, env: dict | None = None) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", _CHURN.format(setup=setup)], capture_output=True, text=True, check=True,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    return int(done.stdout.split()[-1])
+
+
+def test_a_tuned_process_reuses_its_heap_for_numpy_temporaries() -> None:
+    untuned = _faults("")
+    tuned = _faults("from connector import allocator\nassert allocator.tune()\nassert not allocator.tune()")
+    # glibc's defaults hand those blocks back to the kernel and fault every page in again: ~40 pages a block.
+    assert untuned > 300 * 4 * 10
+    assert tuned < 100
+
+
+def test_glibcs_own_settings_in_the_environment_are_left_alone() -> None:
+    setup = "from connector import allocator\nassert not allocator.tune()"
+    assert _faults(setup, {"MALLOC_TRIM_THRESHOLD_": "131072"}) > 300 * 4 * 10
+
+
+def test_a_pool_process_computes_on_one_thread() -> None:
+    code = (
+        "import json, os\nimport numpy\nfrom threadpoolctl import threadpool_info\n"
+        "from connector.pool import one_core\none_core()\n"
+        "print(json.dumps([[i['num_threads'] for i in threadpool_info()], os.environ['TOKENIZERS_PARALLELISM']]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    threads, parallelism = json.loads(done.stdout)
+    assert threads and set(threads) == {1} and parallelism == "false"
