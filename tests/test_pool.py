@@ -312,3 +312,24 @@ def test_the_leases_of_documents_in_the_pool_are_renewed_while_the_worker_waits(
         assert time.monotonic() - started > 2, "the document outlived its lease several times over"
         assert results == ["done"] and not any(expired), "its lease never ran out"
         assert conn.execute("SELECT attempts FROM connector.documents WHERE id = %s", (big,)).fetchone() == (1,)
+
+
+def test_a_chosen_document_crosses_processes_with_every_field_of_every_object(tmp_path, models_dir) -> None:
+    """The stage values pickle as (class, field values) (`models._pickled_by_value`): a field left out, or given to
+    the wrong parameter, would reach the sidecar wrong without an error."""
+    import dataclasses
+    import pickle
+
+    from connector.models import SourceDocument
+    from connector.pipeline import Chooser
+
+    settings = Settings(data_dir=tmp_path, models_dir=models_dir)
+    data = (FIXTURES / "dockerfile-reference.md").read_bytes()[:20_000]
+    source = SourceDocument(7, "folder", "docs/dockerfile.md", None, data, "text/markdown", "hash")
+    chosen = Chooser.load(settings, parallel=False).choose(source)
+    again = pickle.loads(pickle.dumps(chosen, protocol=pickle.HIGHEST_PROTOCOL))
+    assert dataclasses.astuple(pickle.loads(pickle.dumps(source))) == dataclasses.astuple(source)
+    assert dataclasses.astuple(again.document) == dataclasses.astuple(chosen.document)
+    assert [dataclasses.astuple(s) for s in again.scored] == [dataclasses.astuple(s) for s in chosen.scored]
+    assert dataclasses.astuple(again.winner) == dataclasses.astuple(chosen.winner)
+    assert len(chosen.document.blocks) > 10 and any(len(s.candidate.chunks) > 3 for s in chosen.scored)
