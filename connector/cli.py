@@ -51,8 +51,10 @@ class _App(typer.Typer):
 
     def __call__(self, *args, **kwargs):
         from connector import allocator
+        from connector.pool import numpy_on_one_thread
 
         allocator.tune()  # this process's numpy temporaries reuse the heap (see connector.allocator)
+        numpy_on_one_thread()
         try:
             return super().__call__(*args, **kwargs)
         finally:

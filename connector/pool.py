@@ -237,6 +237,16 @@ def one_core() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # read by `tokenizers` when it batches
 
 
+def numpy_on_one_thread() -> None:
+    """In the sidecar: OpenBLAS (numpy's) computes on the calling thread. Its matrix products here are small (a
+    short document's span vectors, in worker threads when there is no pool), and a second BLAS thread spinning after
+    each one doubled their CPU time. The embedding models bring their own thread pools (ONNX Runtime's, torch's
+    MKL), left as they are."""
+    from threadpoolctl import ThreadpoolController
+
+    ThreadpoolController().select(internal_api="openblas").limit(limits=1)
+
+
 def exit_with_parent(parent: int) -> None:
     """In a pool process: exit as soon as the sidecar that started it is gone (killed with SIGKILL, say), so no
     pool process (nor the resource tracker, which lives as long as any of them) is left running under init."""

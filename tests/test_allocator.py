@@ -54,3 +54,13 @@ def test_a_pool_process_computes_on_one_thread() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     threads, parallelism = json.loads(done.stdout)
     assert threads and set(threads) == {1} and parallelism == "false"
+
+
+def test_the_sidecar_runs_numpys_blas_on_one_thread() -> None:
+    code = (
+        "import gc, json\nimport numpy\nfrom threadpoolctl import threadpool_info\n"
+        "from connector.pool import numpy_on_one_thread\nnumpy_on_one_thread()\ngc.collect()\n"
+        "print(json.dumps([i['num_threads'] for i in threadpool_info() if i['internal_api'] == 'openblas']))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [1]

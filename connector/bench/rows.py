@@ -117,8 +117,9 @@ def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop, out: mp.Q
     from connector.models import SourceDocument
 
     allocator.tune()  # as `connector run` does
+    numpy_on_one_thread()
     from connector.pipeline import Pipeline
-    from connector.pool import CpuPool, size_of
+    from connector.pool import CpuPool, numpy_on_one_thread, size_of
 
     pipelines: list[Pipeline] = []
     embedder = load_configured(settings)
