@@ -115,11 +115,11 @@ def _pool_rss(pool) -> dict[int, float]:
 def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop, out: mp.Queue) -> None:
     from connector import allocator, sidecar
     from connector.models import SourceDocument
+    from connector.pipeline import Pipeline
+    from connector.pool import CpuPool, numpy_on_one_thread, size_of
 
     allocator.tune()  # as `connector run` does
     numpy_on_one_thread()
-    from connector.pipeline import Pipeline
-    from connector.pool import CpuPool, numpy_on_one_thread, size_of
 
     pipelines: list[Pipeline] = []
     embedder = load_configured(settings)
