@@ -65,6 +65,9 @@ class DocumentMetrics:
         # Metric values by chunk spans: strategies often make the same chunks of a short document (the whole of it,
         # or the same paragraphs), and everything but SC is a function of the spans alone.
         self._by_spans: dict[tuple[tuple[int, int], ...], dict[str, float | None]] = {}
+        # And what `connector explain` shows of them (shape, breaks): functions of the spans too (a chunk's token
+        # count is its text's).
+        self._views: dict[tuple[tuple[int, int], ...], tuple[dict, tuple[dict, ...]]] = {}
 
     @cached_property
     def sentences(self) -> Sentences:
@@ -145,6 +148,7 @@ class DocumentMetrics:
                 self.timer.add({f"metric:{name}": ms[name]})
                 if name != "sc":  # SC reads the strategy's own sizes, before the guards
                     known[name] = values[name]
+        shape, breaks = self._views_of(candidate)
         return Scored(
             candidate,
             values,
@@ -152,9 +156,21 @@ class DocumentMetrics:
             (time.perf_counter() - t0) * 1000,
             metric_ms=ms,
             rc_backend=self.coref_backend if "rc" in ms else None,
-            shape=shape_of(candidate, self.document, self.settings.chunking) if candidate.chunks else {},
-            breaks=tuple(breaks_of(self.document, candidate.chunks, self.pairs)) if candidate.chunks else (),
+            shape=shape,
+            breaks=breaks,
         )
+
+    def _views_of(self, candidate: Candidate) -> tuple[dict, tuple[dict, ...]]:
+        if not candidate.chunks:
+            return {}, ()
+        spans = tuple((c.start, c.end) for c in candidate.chunks)
+        if spans not in self._views:
+            self._views[spans] = (
+                shape_of(candidate, self.document, self.settings.chunking),
+                tuple(breaks_of(self.document, candidate.chunks, self.pairs)),
+            )
+        shape, breaks = self._views[spans]
+        return dict(shape), breaks
 
 
 def score_all(
