@@ -22,7 +22,7 @@ import os
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 << 20  # glibc's own ceiling for it on 64-bit systems: larger blocks are still mapped
-TRIM_THRESHOLD = 64 << 20
+TRIM_THRESHOLD = 16 << 20  # freed memory a heap keeps at its top: more than a short document's temporaries
 _OWN_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 
 _done = False
