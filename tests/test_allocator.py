@@ -45,22 +45,22 @@ def test_glibcs_own_settings_in_the_environment_are_left_alone() -> None:
     assert _faults(setup, {"MALLOC_TRIM_THRESHOLD_": "131072"}) > 300 * 4 * 10
 
 
-def test_a_pool_process_computes_on_one_thread() -> None:
+def _threads_after(setup: str) -> tuple[list[dict], str | None]:
+    """In a fresh process: `setup`, then the native thread pools threadpoolctl sees, and TOKENIZERS_PARALLELISM."""
     code = (
-        "import json, os\nimport numpy\nfrom threadpoolctl import threadpool_info\n"
-        "from connector.pool import one_core\none_core()\n"
-        "print(json.dumps([[i['num_threads'] for i in threadpool_info()], os.environ['TOKENIZERS_PARALLELISM']]))"
+        f"import gc, json, os\nimport numpy\nfrom threadpoolctl import threadpool_info\n{setup}\ngc.collect()\n"
+        "print(json.dumps([threadpool_info(), os.environ.get('TOKENIZERS_PARALLELISM')]))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    threads, parallelism = json.loads(done.stdout)
-    assert threads and set(threads) == {1} and parallelism == "false"
+    pools, parallelism = json.loads(done.stdout)
+    return pools, parallelism
+
+
+def test_a_pool_process_computes_on_one_thread() -> None:
+    pools, parallelism = _threads_after("from connector.pool import one_core\none_core()")
+    assert pools and {p["num_threads"] for p in pools} == {1} and parallelism == "false"
 
 
 def test_the_sidecar_runs_numpys_blas_on_one_thread() -> None:
-    code = (
-        "import gc, json\nimport numpy\nfrom threadpoolctl import threadpool_info\n"
-        "from connector.pool import numpy_on_one_thread\nnumpy_on_one_thread()\ngc.collect()\n"
-        "print(json.dumps([i['num_threads'] for i in threadpool_info() if i['internal_api'] == 'openblas']))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(done.stdout) == [1]
+    pools, _ = _threads_after("from connector.pool import numpy_on_one_thread\nnumpy_on_one_thread()")
+    assert [p["num_threads"] for p in pools if p["internal_api"] == "openblas"] == [1]
