@@ -51,10 +51,8 @@ class _App(typer.Typer):
 
     def __call__(self, *args, **kwargs):
         from connector import allocator
-        from connector.pool import numpy_on_one_thread
 
         allocator.tune()  # this process's numpy temporaries reuse the heap (see connector.allocator)
-        numpy_on_one_thread()
         try:
             return super().__call__(*args, **kwargs)
         finally:
@@ -232,8 +230,10 @@ def run(
     """Run the sidecar: watch a folder and the documents table, chunk and embed whatever arrives."""
     from connector import sidecar
     from connector.db.database import database, psql_command
+    from connector.pool import numpy_on_one_thread
 
     _logging(verbose)
+    numpy_on_one_thread()
     settings = _settings(dsn, watch_dir=watch, embedder=embedder, workers=workers, http_port=http_port)
     stop = threading.Event()
     interrupted = threading.Event()

@@ -242,6 +242,7 @@ def numpy_on_one_thread() -> None:
     short document's span vectors, in worker threads when there is no pool), and a second BLAS thread spinning after
     each one doubled their CPU time. The embedding models bring their own thread pools (ONNX Runtime's, torch's
     MKL), left as they are."""
+    import numpy  # noqa: F401 (loads the OpenBLAS to limit: threadpoolctl sees only loaded libraries)
     from threadpoolctl import ThreadpoolController
 
     ThreadpoolController().select(internal_api="openblas").limit(limits=1)

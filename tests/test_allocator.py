@@ -64,3 +64,12 @@ def test_a_pool_process_computes_on_one_thread() -> None:
 def test_the_sidecar_runs_numpys_blas_on_one_thread() -> None:
     pools, _ = _threads_after("from connector.pool import numpy_on_one_thread\nnumpy_on_one_thread()")
     assert [p["num_threads"] for p in pools if p["internal_api"] == "openblas"] == [1]
+    # As `connector run` calls it: from a process that has loaded only the command line, not numpy.
+    code = (
+        "import json, sys\nimport connector.cli\nassert 'numpy' not in sys.modules\n"
+        "from connector.pool import numpy_on_one_thread\nnumpy_on_one_thread()\n"
+        "from threadpoolctl import threadpool_info\n"
+        "print(json.dumps([i['num_threads'] for i in threadpool_info() if i['internal_api'] == 'openblas']))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [1]
