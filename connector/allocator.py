@@ -1,7 +1,7 @@
 """glibc's allocator, told to keep freed memory for the next document instead of handing it back to the kernel.
 
 By default glibc serves every allocation over 128 KB with a fresh `mmap` and unmaps it when freed (its threshold
-rises only after such a block is freed, and then falls back), and trims the heap top at 128 KB free. The metrics
+rises only to the largest such block freed so far), and trims the heap top at twice that. The metrics
 and strategies make many numpy temporaries of 100 KB to a few MB per document (a document's word vectors, 1024-wide
 sentence vectors), so each one was a new mapping, and every page of it a page fault on first touch: measured on a
 2,400-character document, fancy-indexing four 160 KB arrays took 295 µs, and 29 µs with the heap reused; choosing a
@@ -16,7 +16,6 @@ libraries (musl, macOS) this does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 _M_TRIM_THRESHOLD = -1
@@ -34,8 +33,7 @@ def tune() -> bool:
     if _done or any(name in os.environ for name in _OWN_SETTINGS):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the C library this process runs on
     except (OSError, AttributeError):  # not glibc
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

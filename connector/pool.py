@@ -231,6 +231,7 @@ def one_core() -> None:
     """In a pool process: native libraries compute on this process's own thread. The pool already runs one
     process per core; a second thread of OpenBLAS (a metric's matrix product) or of the tokenizers' thread pool
     (the static model's word pieces) only takes time from the process beside it, and their waiting threads spin."""
+    import numpy  # noqa: F401 (loads the OpenBLAS to limit: threadpoolctl sees only loaded libraries)
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)

@@ -25,9 +25,11 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def _faults(setup: str, env: dict | None = None) -> int:
+    # glibc's own knobs, if this run's environment sets them, would make `tune` stand aside
+    own = {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"}
     done = subprocess.run(
         [sys.executable, "-c", _CHURN.format(setup=setup)], capture_output=True, text=True, check=True,
-        env={**os.environ, **(env or {})},
+        env={**{k: v for k, v in os.environ.items() if k not in own}, **(env or {})},
     )  # fmt: skip
     return int(done.stdout.split()[-1])
 
