@@ -305,6 +305,9 @@ def explain_table(doc: FoundDocument, rows: list[StoredCandidate]) -> Table:
     backends = {c.rc_backend for c in rows if c.rc_backend}
     if backends:
         table.caption = f"RC by the {', '.join(sorted(backends))} coreference backend"
+    elif any(c.chunk_count for c in rows):
+        # `metrics.rc_when_decisive`: a short document's pairs are looked for only when they could change the winner
+        table.caption = "RC not computed: it could not change the winner (or it is weighted 0)"
     for c in rows:
         table.add_row(c.strategy, str(c.chunk_count), num(c.rc), num(c.icc), num(c.dcc), num(c.bi), num(c.sc),
                       num(c.rt), num(c.score), f"{c.elapsed_ms:.0f}", "yes" if c.chosen else "",

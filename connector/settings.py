@@ -170,6 +170,11 @@ class MetricsSettings(BaseSettings):
     sc_before_guards: bool = Field(
         True, description="SC over the strategy's own chunks, before the guards (after them every candidate complies)."
     )
+    rc_when_decisive: bool = Field(
+        True,
+        description="Find coreference pairs (RC) only when they can change the winner; otherwise RC is left NULL "
+        "and the scores are over the other metrics. false: always (every candidate's RC for `connector explain`).",
+    )
     probes: int = Field(48, ge=1, description="RT: sentences sampled per document as pseudo-queries.")
     rt_budget_chars: int = Field(
         8000, gt=0, description="RT: a probe counts when its chunk is reached within this many characters of ranking."

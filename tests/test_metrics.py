@@ -206,7 +206,7 @@ def test_candidates_share_vectors_and_each_text_is_embedded_once(tmp_path) -> No
     encoder = CountingEncoder()
     settings = Settings(data_dir=tmp_path, weights={"rt": 0.2})  # every metric, RT too
     scorer = DocumentMetrics(doc, settings, Resources(encoder, HeuristicCoref()))
-    scorer.prepare([a, b])
+    scorer.prepare([a, b], pairs=True)
     first = list(encoder.texts)
     scored = [scorer.score(a), scorer.score(b)]
     assert encoder.texts == first, "scoring asked for no text that prepare() had not embedded"
@@ -326,7 +326,7 @@ def test_candidates_with_the_same_chunks_are_scored_once_and_alike(tmp_path) -> 
     settings = Settings(data_dir=tmp_path, models_dir=tmp_path / "unused")
     encoder = CountingEncoder()
     scorer = DocumentMetrics(doc, settings, Resources(encoder, HeuristicCoref()))
-    scorer.prepare([a, b])
+    scorer.prepare([a, b], pairs=True)
     first, second = scorer.score(a), scorer.score(b)
     for m in ("rc", "icc", "dcc", "bi"):
         assert first.metrics[m] == second.metrics[m] and second.metric_ms[m] == 0.0

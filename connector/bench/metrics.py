@@ -32,7 +32,7 @@ def run(path: Path, settings: Settings, model: str) -> dict:
     timer = Timer()
     t0 = time.perf_counter()
     scorer = DocumentMetrics(document, settings, resources, timer)
-    scorer.prepare(pool)
+    scorer.prepare(pool, pairs=True)
     scored = [scorer.score(c) for c in pool]
     score_s = time.perf_counter() - t0
     return {

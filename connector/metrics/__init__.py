@@ -9,13 +9,15 @@ metrics are cheap arithmetic over its boundaries.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from connector.chunkers.sentences import sentence_spans
 from connector.coref import CorefBackend, Pair
 from connector.coref import load as load_coref
 from connector.embedders import Embedder
+from connector.errors import DocumentError
 from connector.metrics.blocks import block_integrity
 from connector.metrics.breaks import breaks_of
 from connector.metrics.cohesion import Sentences, contextual_coherence, icc_spans, intrachunk_cohesion
@@ -24,6 +26,7 @@ from connector.metrics.retrievability import Probe, retrievability, retrievabili
 from connector.metrics.size import size_compliance
 from connector.metrics.vectors import MetricEncoder, StaticEncoder, StorageEncoder, VectorCache
 from connector.models import Candidate, Document, Scored
+from connector.select import choose
 from connector.settings import ScoringSettings, Settings
 from connector.timing import NULL_TIMER, Timer
 
@@ -89,10 +92,11 @@ class DocumentMetrics:
     def coref_backend(self) -> str | None:
         return self.resources.coref.name if self.resources.coref is not None else None
 
-    def prepare(self, pool: list[Candidate]) -> None:
-        """Find the coreference pairs, and embed in one batch every distinct text that ICC and DCC of these
-        candidates will ask for."""
-        _ = self.pairs
+    def prepare(self, pool: list[Candidate], pairs: bool) -> None:
+        """Find the coreference pairs (unless `pairs` is False: then only if RC turns out to matter), and embed in
+        one batch every distinct text that ICC and DCC of these candidates will ask for."""
+        if pairs:
+            _ = self.pairs
         if self.vectors is None:
             return
         texts: list[str] = []
@@ -116,7 +120,8 @@ class DocumentMetrics:
             return list(candidate.raw_token_counts)
         return [c.token_count for c in candidate.chunks]
 
-    def score(self, candidate: Candidate) -> Scored:
+    def score(self, candidate: Candidate, rc: bool = True) -> Scored:
+        """Every weighted metric of `candidate`; without RC when `rc` is False (`with_rc` adds it later)."""
         t0 = time.perf_counter()
         values: dict[str, float | None] = dict.fromkeys(METRICS)
         ms: dict[str, float] = {}
@@ -137,7 +142,7 @@ class DocumentMetrics:
                 )
             known = self._by_spans.setdefault(tuple((c.start, c.end) for c in chunks), {})
             for name, step in steps.items():
-                if self.settings.weights.as_dict()[name] <= 0:
+                if self.settings.weights.as_dict()[name] <= 0 or (name == "rc" and not rc):
                     continue
                 if name in known:  # the same chunks as an earlier candidate: the same value, for nothing
                     values[name], ms[name] = known[name], 0.0
@@ -160,6 +165,26 @@ class DocumentMetrics:
             breaks=breaks,
         )
 
+    def with_rc(self, scored: Scored) -> Scored:
+        """`scored` (scored without RC) with RC, its score and its breaks' references added."""
+        if scored.candidate.error is not None or not scored.candidate.chunks:
+            return scored
+        chunks = scored.candidate.chunks
+        known = self._by_spans.setdefault(tuple((c.start, c.end) for c in chunks), {})
+        ms = dict(scored.metric_ms)
+        if "rc" in known:
+            value, ms["rc"] = known["rc"], 0.0
+        else:
+            pairs = self.pairs  # found now, timed as coreference
+            s0 = time.perf_counter()
+            value = known["rc"] = references_completeness(pairs, chunks)
+            ms["rc"] = (time.perf_counter() - s0) * 1000
+            self.timer.add({"metric:rc": ms["rc"]})
+        values = {**scored.metrics, "rc": value}
+        breaks = tuple(breaks_of(self.document, chunks, self.pairs))
+        return replace(scored, metrics=values, score=weighted_score(values, self.settings.weights), metric_ms=ms,
+                       rc_backend=self.coref_backend, breaks=breaks)  # fmt: skip
+
     def _views_of(self, candidate: Candidate) -> tuple[dict, tuple[dict, ...]]:
         if not candidate.chunks:
             return {}, ()
@@ -167,7 +192,8 @@ class DocumentMetrics:
         if spans not in self._views:
             self._views[spans] = (
                 shape_of(candidate, self.document, self.settings.chunking),
-                tuple(breaks_of(self.document, candidate.chunks, self.pairs)),
+                # The references a cut breaks only once the pairs are known (`with_rc` adds them then).
+                tuple(breaks_of(self.document, candidate.chunks, self.__dict__.get("pairs"))),
             )
         shape, breaks = self._views[spans]
         return dict(shape), breaks
@@ -176,9 +202,49 @@ class DocumentMetrics:
 def score_all(
     document: Document, pool: list[Candidate], settings: Settings, resources: Resources, timer: Timer = NULL_TIMER
 ) -> tuple[Scored, ...]:
+    """Every candidate's metrics and score. With `metrics.rc_when_decisive`, the coreference pairs (the costliest
+    part of a short document's scoring) are found only when RC can change which candidate wins."""
     scorer = DocumentMetrics(document, settings, resources, timer)
-    scorer.prepare(pool)
-    return tuple(scorer.score(c) for c in pool)
+    lazy = settings.metrics.rc_when_decisive and resources.coref is not None and settings.weights.rc > 0
+    scorer.prepare(pool, pairs=not lazy)
+    if not lazy:
+        return tuple(scorer.score(c) for c in pool)
+    scored = tuple(scorer.score(c, rc=False) for c in pool)
+    if rc_cannot_change_choice(scored, settings.weights):
+        return scored
+    return tuple(scorer.with_rc(s) for s in scored)
+
+
+def rc_cannot_change_choice(scored: Sequence[Scored], weights: ScoringSettings) -> bool:
+    """Whether the candidate that wins without RC wins whatever the coreference pairs turn out to be.
+
+    Either the document has no pairs (or is not English): then RC is undefined for every candidate, and the
+    scores without it are the real ones. Or it has some: then a candidate of one chunk breaks none (RC = 1 exactly)
+    and any other has RC in [0, 1]; a weighted mean rises with each value, so the winner without RC must still win
+    with its own RC at its lowest and every other candidate's at its highest, under `select.choose`'s rule (a tie
+    goes to the candidate listed first). Scores without RC are then what is stored: RC stays NULL, as when it is
+    weighted 0."""
+    try:
+        winner = choose(scored)
+    except DocumentError:
+        return False  # no candidate scores without RC: let RC decide (or fail as it would)
+
+    def bound(s: Scored, rc: float) -> float:
+        value = 1.0 if len(s.candidate.chunks) == 1 else rc
+        return weighted_score({**s.metrics, "rc": value}, weights)
+
+    low = bound(winner, 0.0)
+    ahead = True  # candidates listed before the winner: a tie would go to them
+    for s in scored:
+        if s is winner:
+            ahead = False
+            continue
+        if s.candidate.error is not None or not s.candidate.chunks:
+            continue
+        high = bound(s, 1.0)
+        if high > low or (ahead and high == low):
+            return False
+    return True
 
 
 def shape_of(candidate: Candidate, document: Document, chunking) -> dict:

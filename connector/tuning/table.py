@@ -60,7 +60,10 @@ def build(
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> tuple[list[Row], list[tuple[str, str]]]:
     """The table's rows, and the documents left out with the reason (one that fails to convert or chunk)."""
-    scoring = settings.model_copy(update={"weights": ALL_METRICS})
+    # Every metric of every candidate: the weights are what is being learnt.
+    scoring = settings.model_copy(
+        update={"weights": ALL_METRICS, "metrics": settings.metrics.model_copy(update={"rc_when_decisive": False})}
+    )
     resources = metrics.Resources.load(scoring, embedder)
     pool = chunkers.build(settings.chunking)
     prepared: list[_Prepared] = []
