@@ -77,20 +77,23 @@ def test_two_worker_processes_share_200_documents_and_process_each_exactly_once(
 
 def test_a_worker_killed_with_sigkill_loses_nothing(migrated_dsn, start_process) -> None:
     dsn = migrated_dsn
-    _insert_rows(dsn, 60)
+    # Enough rows that the kill, sent once 10 are done, lands mid-run however fast the rows go (60 were all done
+    # by the time it landed once choosing a short row got cheaper).
+    rows = 400
+    _insert_rows(dsn, rows)
     env = {**FAST, "CONNECTOR_LEASE_SECONDS": "3", "CONNECTOR_BATCH_SIZE": "8"}
     first = start_process("run", "--no-watch", "--dsn", dsn, "--embedder", "fake", **env)
     wait_for(lambda: _counts(dsn).get("done", 0) >= 10, timeout=120, what="10 documents done")
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     killed_at = _counts(dsn)
-    assert killed_at.get("done", 0) < 60, "the kill must land mid-run for this test to mean anything"
+    assert killed_at.get("done", 0) < rows, "the kill must land mid-run for this test to mean anything"
     second = start_process("run", "--no-watch", "--dsn", dsn, "--embedder", "fake", **env)
-    wait_for(lambda: _counts(dsn) == {"done": 60}, timeout=180, what="every document done after the restart")
+    wait_for(lambda: _counts(dsn) == {"done": rows}, timeout=180, what="every document done after the restart")
     second.send_signal(signal.SIGTERM)
     assert second.wait(60) == 0, output_of(second)
     with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT count(DISTINCT document_id) FROM connector.chunks").fetchone() == (60,)
+        assert conn.execute("SELECT count(DISTINCT document_id) FROM connector.chunks").fetchone() == (rows,)
         assert_consistent(conn)
     assert not set(_done_lines(first)) & set(_done_lines(second)), "nothing done before the kill was redone"
     with psycopg.connect(dsn) as conn:
