@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from connector import candidates, guards, tokens
@@ -223,3 +223,19 @@ def test_the_configured_encoding_reaches_every_strategy_and_the_pipeline(tmp_pat
     counted = [c for s in outcome.scored for c in s.candidate.chunks]
     assert counted and all(c.token_count == tokens.count(c.text, "cl100k_base") for c in counted)
     assert any(tokens.count(c.text, "cl100k_base") != tokens.count(c.text, "o200k_base") for c in counted)
+
+
+@settings(max_examples=500, deadline=None)
+@example([0.0, 0.0, 0.10212996530111862, 0.7231651206043987], 90.0)  # numpy's lerp from above differs in the last bit
+@given(
+    st.lists(st.one_of(st.sampled_from([0.0, 0.25, 0.5, 1.0]), st.floats(-1e6, 1e6, allow_nan=False)), min_size=1,
+             max_size=40),
+    st.one_of(st.sampled_from([0.0, 50.0, 90.0, 100.0]), st.floats(0, 100)),
+)  # fmt: skip
+def test_semantic_threshold_is_numpys_percentile_to_the_last_bit(values, q) -> None:
+    """The semantic strategy's cuts are the gaps above this threshold: a value a bit off would move a cut."""
+    import numpy as np
+
+    from connector.chunkers.semantic import percentile
+
+    assert percentile(values, q) == float(np.percentile(np.asarray(values), q))

@@ -374,13 +374,17 @@ def _hashed_bow_reference(texts: list[str], dim: int, stop_words: frozenset[str]
 @given(st.lists(st.text(alphabet=st.sampled_from(list("abcde the and İ,.")), max_size=60), max_size=8),
        st.sampled_from([4, 1024]), st.booleans())  # fmt: skip
 def test_hashed_bow_is_the_word_by_word_hashing_trick(texts, dim, stop) -> None:
-    """Dimension 4: words collide in a column, and their weights must add up."""
+    """Dimension 4: words collide in a column, and their weights must add up, in the order the words first appear
+    in their text: the fake embedder's stored vectors must not change by a bit, nor depend on the batch a text is
+    embedded with."""
     from connector.embedders.lexical import STOP_WORDS, hashed_bow
 
     stop_words = STOP_WORDS if stop else frozenset()
     got = hashed_bow(texts, dim, stop_words)
     assert got.shape == (len(texts), dim) and got.dtype == np.float32
-    assert np.allclose(got, _hashed_bow_reference(texts, dim, stop_words), atol=1e-6)
+    assert np.array_equal(got, _hashed_bow_reference(texts, dim, stop_words).astype(np.float32))
+    for text, row in zip(texts, got, strict=True):
+        assert np.array_equal(hashed_bow([text], dim, stop_words)[0], row)
 
 
 def test_span_vectors_asked_before_and_after_they_are_announced_agree(models_dir) -> None:

@@ -11,6 +11,7 @@ document cost milliseconds, where a neural model on a CPU costs minutes. `encode
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,8 +40,8 @@ class SemanticChunker:
             chunk = make_chunk(text, 0, len(text), self.encoding)
             return Split([chunk] if chunk else [])
         vectors = _encoder(self.encoder).embed([text[a:b] for a, b in spans]).vectors
-        distances = gap_distances(vectors, self.window)
-        threshold = np.percentile(distances, self.percentile)
+        distances = gap_distances(vectors, self.window).tolist()
+        threshold = percentile(distances, self.percentile)
         cuts = [spans[i + 1][0] for i, d in enumerate(distances) if d > threshold]
         bounds = [0, *cuts, len(text)]
         chunks = (make_chunk(text, a, b, self.encoding) for a, b in zip(bounds, bounds[1:], strict=False))
@@ -54,6 +55,22 @@ def _encoder(name: str):
     from connector.embedders import load
 
     return load(name)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """`np.percentile(values, q)` (linear interpolation), to the last bit: the same order statistics and numpy's
+    `_lerp`, in Python floats, which are the same IEEE doubles. numpy's own costs ~0.1 ms a call in argument
+    handling, a tenth of this strategy's work on a short document."""
+    ordered = sorted(values)
+    virtual = (len(ordered) - 1) * (q / 100)
+    if virtual >= len(ordered) - 1:
+        return ordered[-1]
+    below = math.floor(virtual)
+    a, b = ordered[below], ordered[below + 1]
+    gamma = virtual - below
+    if gamma >= 0.5:
+        return b - (b - a) * (1 - gamma)
+    return a + (b - a) * gamma
 
 
 def gap_distances(vectors: np.ndarray, window: int) -> np.ndarray:

@@ -7,11 +7,9 @@ benchmarks. Each word is hashed to a signed coordinate (the hashing trick); coun
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import re
-from collections import Counter
 
 import numpy as np
 
@@ -88,32 +86,50 @@ STOP_WORDS = frozenset(
 
 
 def hashed_bow(texts: list[str], dim: int, stop_words: frozenset[str] = frozenset()) -> np.ndarray:
-    # Counted per text in C (`Counter`), then every (text, word) pair of the batch placed at once: a Python loop
-    # over the words cost the `semantic` strategy more than all its other work on a short document.
-    rows: list[int] = []
-    words: list[str] = []
-    counts: list[int] = []
-    for i, text in enumerate(texts):
-        found = Counter(_WORD.findall(text.lower()))
-        kept = [word for word in found if word not in stop_words] if stop_words else list(found)
-        rows += [i] * len(kept)
-        words += kept
-        counts += map(found.__getitem__, kept)
-    if not words:
+    # Every word of the batch numbered by first appearance, then each (text, word) pair counted and placed at once
+    # by numpy: one `Counter` per text and the lists built from it cost the `semantic` strategy more than all its
+    # other work on a short document.
+    found = [_WORD.findall(text.lower()) for text in texts]
+    if stop_words:
+        found = [[word for word in words if word not in stop_words] for words in found]
+    index: dict[str, int] = {}
+    ids = [index.setdefault(word, len(index)) for word in itertools.chain.from_iterable(found)]
+    if not ids:
         return np.zeros((len(texts), dim), dtype=np.float32)
-    codes = np.fromiter(map(_code, words, itertools.repeat(dim)), dtype=np.int64, count=len(words))
+    rows = np.repeat(np.arange(len(texts), dtype=np.int64), [len(words) for words in found])
+    pairs, first, counts = np.unique(rows * len(index) + ids, return_index=True, return_counts=True)
+    # Back in the order the pairs first appear (text by text, then word by word): the order in which bincount adds
+    # the weights of words that share a column, so the sums are the same to the last bit as counting per text.
+    order = np.argsort(first, kind="stable")
+    pairs, counts = pairs[order], counts[order]
+    codes = np.fromiter(_codes(index, dim), dtype=np.int64, count=len(index))[pairs % len(index)]
     signs = 1.0 - 2.0 * (codes & 1)
-    weights = (1.0 + np.log(np.asarray(counts, dtype=np.float64))) * signs
-    flat = np.asarray(rows, dtype=np.int64) * dim + (codes >> 1)
+    weights = (1.0 + np.log(counts.astype(np.float64))) * signs
+    flat = (pairs // len(index)) * dim + (codes >> 1)
     # Words that hash to one column of one text add up, as the hashing trick has them.
     vectors = np.bincount(flat, weights=weights, minlength=len(texts) * dim).reshape(len(texts), dim)
     return normalise(vectors)
 
 
-@functools.lru_cache(maxsize=65_536)
+_CODES: dict[int, dict[str, int]] = {}  # dim -> word -> its code (see `_code`); plain dicts: a lookup per word
+CODES_KEPT = 65_536  # words per dimension whose code is kept (cleared when full: the next texts refill it)
+
+
+def _codes(words, dim: int) -> list[int]:
+    """`_code` of each word, computed once per word (words repeat across sentences and documents)."""
+    known = _CODES.setdefault(dim, {})
+    codes = list(map(known.get, words))
+    if None in codes:
+        if len(known) > CODES_KEPT:
+            known.clear()
+        for k, word in enumerate(words):
+            if codes[k] is None:
+                codes[k] = known[word] = _code(word, dim)
+    return codes
+
+
 def _code(word: str, dim: int) -> int:
-    """A word's column and sign (the hashing trick) as one int, column * 2 + (1 if negative), computed once per
-    word: words repeat across sentences."""
+    """A word's column and sign (the hashing trick) as one int, column * 2 + (1 if negative)."""
     h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
     return (h % dim) * 2 + (0 if (h >> 32) & 1 else 1)
 
