@@ -91,12 +91,13 @@ class StaticEncoder:
         vocab = getattr(self._local, "vocab", None)
         if vocab is None:
             vocab = self._local.vocab = _Vocabulary(self.dim)
-        missing = list(dict.fromkeys(w for w in words if w not in vocab.index))
+        known = list(map(vocab.index.get, words))  # one dict lookup per word, in C
+        if None not in known:
+            return vocab.rows(known)
+        missing = list(dict.fromkeys(w for w, k in zip(words, known, strict=True) if k is None))
         if len(vocab.index) + len(missing) > WORD_CACHE:  # full: start again with this document's words
             vocab.clear()
             missing = list(dict.fromkeys(words))
-        if not missing:
-            return vocab.rows([vocab.index[w] for w in words])
         model.tokenizer.no_truncation()  # this thread's copy: model2vec leaves its 512-piece cap set
         unknown = model.unk_token_id
         sums = np.zeros((len(missing), self.dim), dtype=np.float32)
@@ -112,7 +113,7 @@ class StaticEncoder:
             own = {w: k for k, w in enumerate(missing)}
             return sums[[own[w] for w in words]]
         vocab.add(missing, sums)
-        return vocab.rows([vocab.index[w] for w in words])
+        return vocab.rows(list(map(vocab.index.__getitem__, words)))
 
 
 class _Vocabulary:
