@@ -127,6 +127,7 @@ def rows_bench_payload(settings, runs) -> dict:
                 "workers": r.workers, "rows": r.rows, "done": r.done, "failed": r.failed, "chunks": r.chunks,
                 "chars": r.chars, "wall_s": round(r.wall_s, 3), "rows_per_s": round(r.rows_per_s, 1),
                 "chunks_per_s": round(r.chunks_per_s, 1), "chars_per_s": round(r.chars_per_s),
+                "cpu_ms_per_row": _rounded(r.cpu_ms_per_row, 2), "cores_busy": _rounded(r.cores_busy, 2),
                 "stage_ms_per_row": {k: round(v, 3) for k, v in r.stage_ms_per_row().items()},
                 "processes": [p.__dict__ for p in r.processes],
             }
@@ -135,17 +136,23 @@ def rows_bench_payload(settings, runs) -> dict:
     }  # fmt: skip
 
 
+def _rounded(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
+
+
 def rows_bench_print(settings, runs) -> None:
     out = console()
     n = len(settings.chunking.strategy_names)
     title = f"{runs[0].rows} rows, {n} strategies, embedder {settings.embedder}"
     table = Table("processes", "rows (failed)", "chunks", "wall (s)", "rows/s", "chunks/s", "chars/s",
-                  "RSS start → end (MB)", "CPU pool RSS start → end (MB)", title=title)  # fmt: skip
+                  "machine CPU ms/row (cores busy)", "RSS start → end (MB)", "CPU pool RSS start → end (MB)",
+                  title=title)  # fmt: skip
     for r in runs:
         rss = ", ".join(f"{p.rss_start_mb:.0f} → {p.rss_end_mb:.0f}" for p in r.processes)
         pools = "; ".join(", ".join(f"{a:.0f} → {b:.0f}" for a, b in p.pool_rss_mb) or "none" for p in r.processes)
-        table.add_row(str(r.workers), f"{r.done} ({r.failed})", str(r.chunks), f"{r.wall_s:.2f}",
-                      f"{r.rows_per_s:.1f}", f"{r.chunks_per_s:.1f}", f"{r.chars_per_s:,.0f}", rss, pools)  # fmt: skip
+        cpu = "n/a" if r.cpu_ms_per_row is None else f"{r.cpu_ms_per_row:.2f} ({r.cores_busy:.2f})"
+        table.add_row(str(r.workers), f"{r.done} ({r.failed})", str(r.chunks), f"{r.wall_s:.2f}", f"{r.rows_per_s:.1f}",
+                      f"{r.chunks_per_s:.1f}", f"{r.chars_per_s:,.0f}", cpu, rss, pools)  # fmt: skip
     out.print(table)
     stages = Table("stage (ms per row)", *(f"{r.workers} process(es)" for r in runs))
     names = sorted({s for r in runs for s in r.stage_ms_per_row()}, key=lambda s: -runs[0].stage_ms_per_row().get(s, 0))

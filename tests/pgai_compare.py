@@ -14,7 +14,10 @@ always has one, and BM25 postings), pgai 800/400 with `--concurrency 2`; then th
 CPU pool (one process per core) and one worker thread, the same with two (the default), the same with the
 in-process `fake` embedder, and without the pool (`CONNECTOR_CPU_PROCESSES=0`) with one and two processes. pgai's
 time is its `--once` run minus the same command's run on an empty queue (its start: imports, connection); ours is
-queued → committed with the processes started first. Not a test: its figures go into notes.
+queued → committed with the processes started first. Each arm also reports the machine's busy CPU over its timed part
+per row (every process: the worker, its pool, the database, the stub; pgai's start-up run subtracted as from its
+time) and the cores that kept busy: on a shared machine whose speed moves between runs, the CPU a row costs moves
+less than rows/s, and it says how much of the machine each used. Not a test: its figures go into notes.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from connector.bench import rows as rows_bench
+from connector.bench.processes import machine_busy_s
 from connector.settings import Settings
 from tests.embed_stub import EmbeddingStub
 
@@ -47,12 +51,14 @@ def _fresh_db(admin: str, name: str) -> str:
     return make_conninfo(admin, dbname=name)
 
 
-def _timed(command: list[str], env: dict) -> float:
-    t0 = time.perf_counter()
+def _timed(command: list[str], env: dict) -> tuple[float, float | None]:
+    """The command's wall time, and the machine's busy CPU seconds meanwhile (`machine_busy_s`)."""
+    t0, busy0 = time.perf_counter(), machine_busy_s()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{command[:3]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return time.perf_counter() - t0
+    busy1 = machine_busy_s()
+    return time.perf_counter() - t0, (busy1 - busy0 if busy0 is not None and busy1 is not None else None)
 
 
 def pgai_arm(
@@ -77,17 +83,20 @@ def pgai_arm(
         if hnsw:
             conn.execute("CREATE INDEX ON docs_embedding_store USING hnsw (embedding vector_cosine_ops)")
     command = [pgai, "vectorizer", "worker", "-d", dsn, "--once", "-c", str(concurrency)]
-    wall = _timed(command, env)
-    start = _timed(command, env)  # nothing left to do: its start-up
+    wall, busy = _timed(command, env)
+    start, start_busy = _timed(command, env)  # nothing left to do: its start-up
     with psycopg.connect(dsn) as conn:
         chunks = conn.execute("SELECT count(*) FROM docs_embedding_store").fetchone()[0]
         done = conn.execute("SELECT count(DISTINCT id) FROM docs_embedding_store").fetchone()[0]
     work = max(wall - start, 1e-9)
+    cpu = busy - start_busy if busy is not None and start_busy is not None else None
     name = f"pgai {chunk_size}/{overlap}" + (" + hnsw" if hnsw else "")
     name += f", -c {concurrency}" if concurrency > 1 else ""
     return {"arm": name, "rows": done, "chunks": chunks,
             "wall_s": round(wall, 2), "start_s": round(start, 2), "rows_per_s": round(done / work, 1),
-            "chunks_per_s": round(chunks / work, 1)}  # fmt: skip
+            "chunks_per_s": round(chunks / work, 1),
+            "cpu_ms_per_row": None if cpu is None or not done else round(cpu * 1000 / done, 2),
+            "cores_busy": None if cpu is None else round(cpu / work, 2)}  # fmt: skip
 
 
 def ours_arm(settings: Settings, admin: str, rows, workers: int, label: str) -> dict:
@@ -95,6 +104,8 @@ def ours_arm(settings: Settings, admin: str, rows, workers: int, label: str) -> 
     return {"arm": f"ours, {label}, {workers} process(es)", "rows": run.done, "chunks": run.chunks,
             "wall_s": round(run.wall_s, 2), "rows_per_s": round(run.rows_per_s, 1),
             "chunks_per_s": round(run.chunks_per_s, 1),
+            "cpu_ms_per_row": None if run.cpu_ms_per_row is None else round(run.cpu_ms_per_row, 2),
+            "cores_busy": None if run.cores_busy is None else round(run.cores_busy, 2),
             "stage_ms_per_row": {k: round(v, 2) for k, v in run.stage_ms_per_row().items()},
             "rss_mb": [(round(p.rss_start_mb), round(p.rss_end_mb)) for p in run.processes]}  # fmt: skip
 
@@ -154,12 +165,16 @@ def main() -> None:
         server.cleanup()
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))
-    print("\narm | rows/s (min–max over rounds) | chunks/s")
+    print("\narm | rows/s (min–max over rounds) | chunks/s | machine CPU ms per row | cores busy")
     for name in dict.fromkeys(r["arm"] for r in results):
         mine = [r for r in results if r["arm"] == name]
-        rps = [r["rows_per_s"] for r in mine]
-        cps = [r["chunks_per_s"] for r in mine]
-        print(f"{name} | {min(rps):.0f}–{max(rps):.0f} | {min(cps):.0f}–{max(cps):.0f}")
+        print(f"{name} | {_span(mine, 'rows_per_s', 0)} | {_span(mine, 'chunks_per_s', 0)} | "
+              f"{_span(mine, 'cpu_ms_per_row', 2)} | {_span(mine, 'cores_busy', 2)}")  # fmt: skip
+
+
+def _span(results: list[dict], key: str, digits: int) -> str:
+    values = [r[key] for r in results if r.get(key) is not None]
+    return f"{min(values):.{digits}f}–{max(values):.{digits}f}" if values else "n/a"
 
 
 if __name__ == "__main__":

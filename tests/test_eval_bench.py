@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -121,6 +122,8 @@ def test_bench_rows_drains_distinct_rows_of_paragraphs_and_reports_rates_stages_
     assert (only["workers"], only["rows"], only["done"], only["failed"]) == (1, 40, 40, 0)
     assert only["chunks"] >= 40 and only["rows_per_s"] > 0 and only["chars"] == sum(len(r.body) for r in rows)
     assert {"convert", "candidates", "metric:icc", "embed", "write"} <= set(only["stage_ms_per_row"])
+    # The machine's CPU over the run: at least what converting, scoring and writing 40 rows took, at most every core.
+    assert only["cpu_ms_per_row"] > 0 and 0 < only["cores_busy"] <= (os.cpu_count() or 1) + 0.5
     (process,) = only["processes"]
     assert process["documents"] == 40 and process["rss_end_mb"] > 0
     from connector.pool import size_of
@@ -149,3 +152,16 @@ def test_convert_reports_every_document_and_fails_on_a_broken_one(tmp_path: Path
     assert broken.returncode == 1
     rows = {r["file"]: r for r in json.loads(broken.stdout)["documents"]}
     assert "cannot open PDF" in rows["broken.pdf"]["error"]
+
+
+def test_machine_busy_seconds_are_the_busy_columns_of_proc_stat(tmp_path: Path) -> None:
+    from connector.bench.processes import machine_busy_s
+
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal: idle, I/O wait and steal are not the machine's work
+    stat.write_text("cpu  100 20 30 5000 700 4 6 900 0 0\ncpu0 50 10 15 2500 350 2 3 450 0 0\n")
+    assert machine_busy_s(stat) == pytest.approx(160 / os.sysconf("SC_CLK_TCK"))
+    assert machine_busy_s(tmp_path / "absent") is None
+    before = machine_busy_s()
+    sum(i * i for i in range(2_000_000))  # a little work of this process's own
+    assert before is not None and machine_busy_s() > before

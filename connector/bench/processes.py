@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import psycopg
 
 PENDING = "SELECT count(*) FROM connector.documents WHERE status IN ('pending', 'processing')"
+
+
+def machine_busy_s(stat: Path = Path("/proc/stat")) -> float | None:
+    """CPU seconds this machine has spent busy since boot, all cores together (user, nice, system, irq, softirq;
+    not idle, I/O wait or steal); None where there is no /proc/stat. The difference over a run is what the run cost
+    in CPU, whichever process spent it (the sidecar, its pool, the database, an embedding endpoint on the same
+    machine), with whatever else the machine was doing: less sensitive to a noisy machine than wall time, not
+    immune to it."""
+    try:
+        fields = stat.read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_drained(conn: psycopg.Connection, procs) -> None:

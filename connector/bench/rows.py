@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from connector import candidates
-from connector.bench.processes import stop_all, wait_drained
+from connector.bench.processes import machine_busy_s, stop_all, wait_drained
 from connector.db.database import connect, ensure_embedding_model, migrate
 from connector.db.scratch import scratch_database
 from connector.embedders import close, load_configured
@@ -55,10 +55,20 @@ class RowsRun:
     chunks: int
     wall_s: float
     processes: list[ProcessReport] = field(default_factory=list)
+    busy_cpu_s: float | None = None  # the machine's CPU seconds spent busy during wall_s (`machine_busy_s`)
 
     @property
     def rows_per_s(self) -> float:
         return self.done / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def cpu_ms_per_row(self) -> float | None:
+        """The machine's CPU per row done, every process together (the database's too, when it runs here)."""
+        return self.busy_cpu_s * 1000 / self.done if self.busy_cpu_s is not None and self.done else None
+
+    @property
+    def cores_busy(self) -> float | None:
+        return self.busy_cpu_s / self.wall_s if self.busy_cpu_s is not None and self.wall_s else None
 
     @property
     def chunks_per_s(self) -> float:
@@ -179,12 +189,12 @@ def run(settings: Settings, dsn: str, rows: list[Row], workers: int) -> RowsRun:
             for _ in procs:
                 ready.get(timeout=300)
             with connect(scratch, autocommit=True) as conn:
-                t0 = time.perf_counter()
+                t0, busy0 = time.perf_counter(), machine_busy_s()
                 with conn.cursor().copy("COPY connector.documents (source_key, title, content) FROM STDIN") as copy:
                     for n, row in enumerate(rows):
                         copy.write_row((f"bench/{n + 1}", row.title, row.body))
                 wait_drained(conn, procs)
-                wall = time.perf_counter() - t0
+                wall, busy1 = time.perf_counter() - t0, machine_busy_s()
                 done, failed, chunks = conn.execute(
                     "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'), "
                     "(SELECT count(*) FROM connector.chunks) FROM connector.documents"
@@ -196,4 +206,5 @@ def run(settings: Settings, dsn: str, rows: list[Row], workers: int) -> RowsRun:
                     reports.append(out.get(timeout=1))
                 except Exception:  # a process that was killed reports nothing
                     break
-    return RowsRun(workers, len(rows), sum(len(r.body) for r in rows), done, failed, chunks, wall, reports)
+    busy = busy1 - busy0 if busy0 is not None and busy1 is not None else None
+    return RowsRun(workers, len(rows), sum(len(r.body) for r in rows), done, failed, chunks, wall, reports, busy)
