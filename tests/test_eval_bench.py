@@ -122,8 +122,14 @@ def test_bench_rows_drains_distinct_rows_of_paragraphs_and_reports_rates_stages_
     assert (only["workers"], only["rows"], only["done"], only["failed"]) == (1, 40, 40, 0)
     assert only["chunks"] >= 40 and only["rows_per_s"] > 0 and only["chars"] == sum(len(r.body) for r in rows)
     assert {"convert", "candidates", "metric:icc", "embed", "write"} <= set(only["stage_ms_per_row"])
-    # The machine's CPU over the run: at least what converting, scoring and writing 40 rows took, at most every core.
-    assert only["cpu_ms_per_row"] > 0 and 0 < only["cores_busy"] <= (os.cpu_count() or 1) + 0.5
+    # The machine's CPU over the run: at least what converting, scoring and writing 40 rows took, at most every core
+    # (none where the machine has no /proc/stat to read it from).
+    from connector.bench.processes import machine_busy_s
+
+    if machine_busy_s() is None:
+        assert only["cpu_ms_per_row"] is None and only["cores_busy"] is None
+    else:
+        assert only["cpu_ms_per_row"] > 0 and 0 < only["cores_busy"] <= (os.cpu_count() or 1) + 0.5
     (process,) = only["processes"]
     assert process["documents"] == 40 and process["rss_end_mb"] > 0
     from connector.pool import size_of
@@ -162,6 +168,7 @@ def test_machine_busy_seconds_are_the_busy_columns_of_proc_stat(tmp_path: Path) 
     stat.write_text("cpu  100 20 30 5000 700 4 6 900 0 0\ncpu0 50 10 15 2500 350 2 3 450 0 0\n")
     assert machine_busy_s(stat) == pytest.approx(160 / os.sysconf("SC_CLK_TCK"))
     assert machine_busy_s(tmp_path / "absent") is None
-    before = machine_busy_s()
-    sum(i * i for i in range(2_000_000))  # a little work of this process's own
-    assert before is not None and machine_busy_s() > before
+    if Path("/proc/stat").exists():  # Linux: this process's own work shows (2M steps: 100 ms and more, ticks of 10)
+        before = machine_busy_s()
+        sum(i * i for i in range(2_000_000))
+        assert machine_busy_s() > before

@@ -98,8 +98,8 @@ def hashed_bow(texts: list[str], dim: int, stop_words: frozenset[str] = frozense
         return np.zeros((len(texts), dim), dtype=np.float32)
     rows = np.repeat(np.arange(len(texts), dtype=np.int64), [len(words) for words in found])
     pairs, first, counts = np.unique(rows * len(index) + ids, return_index=True, return_counts=True)
-    # Back in the order the pairs first appear (text by text, then word by word): the order in which bincount adds
-    # the weights of words that share a column, so the sums are the same to the last bit as counting per text.
+    # Back in the order the pairs first appear (text by text, then word by word): the order in which counting per
+    # text had bincount add the weights of words that share a column (the float64 sums, before the float32 cast).
     order = np.argsort(first, kind="stable")
     pairs, counts = pairs[order], counts[order]
     codes = np.fromiter(_codes(index, dim), dtype=np.int64, count=len(index))[pairs % len(index)]
@@ -116,15 +116,21 @@ CODES_KEPT = 65_536  # words per dimension whose code is kept (cleared when full
 
 
 def _codes(words, dim: int) -> list[int]:
-    """`_code` of each word, computed once per word (words repeat across sentences and documents)."""
+    """`_code` of each word, computed once per word (words repeat across sentences and documents). At most
+    CODES_KEPT words are kept per dimension: a batch that would pass that starts the cache again, and one with more
+    new words than that keeps none of them."""
     known = _CODES.setdefault(dim, {})
     codes = list(map(known.get, words))
     if None in codes:
-        if len(known) > CODES_KEPT:
+        new = [k for k, code in enumerate(codes) if code is None]
+        keep = len(new) <= CODES_KEPT
+        if keep and len(known) + len(new) > CODES_KEPT:
             known.clear()
-        for k, word in enumerate(words):
-            if codes[k] is None:
-                codes[k] = known[word] = _code(word, dim)
+        words = list(words)
+        for k in new:
+            codes[k] = _code(words[k], dim)
+            if keep:
+                known[words[k]] = codes[k]
     return codes
 
 
