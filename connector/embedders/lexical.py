@@ -112,7 +112,7 @@ def hashed_bow(texts: list[str], dim: int, stop_words: frozenset[str] = frozense
 
 
 _CODES: dict[int, dict[str, int]] = {}  # dim -> word -> its code (see `_code`); plain dicts: a lookup per word
-CODES_KEPT = 65_536  # words per dimension whose code is kept (cleared when full: the next texts refill it)
+CODES_KEPT = 65_536  # words per dimension whose code is kept (see `_codes`)
 
 
 def _codes(words, dim: int) -> list[int]:
