@@ -32,12 +32,14 @@ WHERE d.status = 'done' AND (
 """
 
 # The BM25 postings (migration 0008; kept in step by triggers since 0012): one per lexeme of each chunk, none left of
-# a chunk that is gone.
+# a chunk that is gone. A chunk's own postings are looked up by its lexemes, as the delete trigger does (0014: there
+# is no index on chunk_id alone).
 POSTING_MISMATCHES = """
 SELECT t.chunk_id FROM connector.chunk_terms t LEFT JOIN connector.chunks c ON c.id = t.chunk_id WHERE c.id IS NULL
 UNION ALL
 SELECT c.id FROM connector.chunks c
-WHERE length(c.search_tsv) <> (SELECT count(*) FROM connector.chunk_terms t WHERE t.chunk_id = c.id)
+WHERE length(c.search_tsv) <> (SELECT count(*) FROM unnest(c.search_tsv) u
+                               JOIN connector.chunk_terms t ON t.term = u.lexeme AND t.chunk_id = c.id)
 """
 
 

@@ -108,3 +108,64 @@ def test_a_question_of_stop_words_only_is_ranked_by_vectors(settings: Settings) 
         register_vector(conn)
         rows = conn.execute("SELECT source_key FROM connector.search(%s, 'the of and', 2)", (vector,)).fetchall()
     assert [r[0] for r in rows] == ["b", "a"]
+
+
+def _scans(conn: psycopg.Connection) -> tuple[int, int]:
+    """Sequential scans of the postings, and scans of their primary key, as the statistics count them now."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    return conn.execute(
+        "SELECT t.seq_scan, i.idx_scan FROM pg_stat_user_tables t JOIN pg_stat_user_indexes i USING (relid) "
+        "WHERE t.schemaname = 'connector' AND t.relname = 'chunk_terms' AND i.indexrelname = 'chunk_terms_pkey'"
+    ).fetchone()
+
+
+def test_a_deleted_chunks_postings_are_found_by_its_lexemes_not_by_reading_them_all(dsn: str) -> None:
+    """Migration 0014: no index on `chunk_terms.chunk_id` (a second btree entry per posting); the delete trigger looks
+    the gone chunks' postings up through the primary key (term, chunk_id), by their own lexemes. On a table of
+    ~100,000 postings, deleting one document reads the key and never scans the table; a downgrade puts the index and
+    the old trigger back, and either one leaves no posting behind."""
+    from connector.db.database import migrate
+
+    migrate(dsn, 4)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'connector'")}
+        assert not indexes & {"chunk_terms_chunk", "chunks_search_tsv_gin", "chunks_document_idx"}
+        assert {"chunk_terms_pkey", "chunks_document_id_ordinal_key"} <= indexes
+        conn.execute("INSERT INTO connector.documents (source_key, status) SELECT g::text, 'done' "
+                     "FROM generate_series(1, 300) g")  # fmt: skip
+        conn.execute("""
+            INSERT INTO connector.chunks (document_id, ordinal, text, token_count, start_char, end_char, embedding,
+                                          strategy)
+            SELECT d.id, o, (SELECT string_agg(substr(md5((d.id * 10 + o)::text || w::text), 1, 6), ' ')
+                             FROM generate_series(1, 120) w), 120, 0, 10, '[1,0,0,0]', 'x'
+            FROM connector.documents d, generate_series(0, 2) o
+        """)  # fmt: skip
+        conn.execute("""
+            INSERT INTO connector.chunk_terms (term, chunk_id, tf, chunk_len)
+            SELECT t.lexeme, c.id, coalesce(array_length(t.positions, 1), 1), c.token_count
+            FROM connector.chunks c CROSS JOIN LATERAL unnest(c.search_tsv) t
+        """)  # fmt: skip
+        conn.execute("ANALYZE connector.chunk_terms")
+        total = conn.execute("SELECT count(*) FROM connector.chunk_terms").fetchone()[0]
+        assert total > 100_000
+        mine = conn.execute("SELECT count(*) FROM connector.chunk_terms t JOIN connector.chunks c ON c.id = t.chunk_id "
+                            "JOIN connector.documents d ON d.id = c.document_id WHERE d.source_key = '7'").fetchone()[0]  # fmt: skip
+        seq0, idx0 = _scans(conn)
+        conn.execute("DELETE FROM connector.documents WHERE source_key = '7'")  # cascades to its three chunks
+        seq1, idx1 = _scans(conn)
+        assert (seq1 - seq0, idx1 > idx0) == (0, True)
+        assert conn.execute("SELECT count(*) FROM connector.chunk_terms").fetchone()[0] == total - mine
+        assert conn.execute(POSTING_MISMATCHES).fetchall() == []
+    migrate(dsn, 4, "0013", downgrade=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'connector'")}
+        assert {"chunk_terms_chunk", "chunks_search_tsv_gin", "chunks_document_idx"} <= indexes
+        conn.execute("DELETE FROM connector.chunks WHERE document_id IN "
+                     "(SELECT id FROM connector.documents WHERE source_key IN ('8', '9'))")  # fmt: skip
+        assert conn.execute(POSTING_MISMATCHES).fetchall() == []
+    migrate(dsn, 4)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM connector.chunks WHERE ordinal = 1")  # a third of them at once
+        assert conn.execute(POSTING_MISMATCHES).fetchall() == []
+        assert conn.execute("SELECT count(*) FROM connector.chunk_terms").fetchone()[0] < total * 0.7
