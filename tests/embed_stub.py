@@ -39,6 +39,7 @@ class EmbeddingStub:
         self.refuse: str | None = None  # a request with an input containing this gets 400 (an input it will not take)
         self.constant = False  # True: one constant unit vector per input, text or token ids, at once (benchmarks)
         self.base64 = False  # True: every vector as base64 float32, whatever `encoding_format` asked for
+        self.usage = True  # False: answers without `usage` (as some compatible servers send them)
         self.dim = dim
         self.key = key
         self.max_tokens = max_tokens
@@ -123,8 +124,11 @@ class EmbeddingStub:
                          else [float(x) for x in v]}
                         for i, v in enumerate(vectors)]  # fmt: skip
                 data.reverse()  # the order of `data` is not the inputs': `index` says which is which
-                self._send(200, {"object": "list", "data": data, "model": body.get("model"),
-                                 "usage": {"prompt_tokens": 1, "total_tokens": 1}})  # fmt: skip
+                used = sum(server_tokens(t) for t in inputs)  # what it read, by its own tokenizer
+                answer = {"object": "list", "data": data, "model": body.get("model")}
+                if stub.usage:
+                    answer["usage"] = {"prompt_tokens": used, "total_tokens": used}
+                self._send(200, answer)
 
             def _send(self, status: int, payload: dict | None, headers: dict | None = None, raw: bytes = b"") -> None:
                 raw = raw or json.dumps(payload).encode()

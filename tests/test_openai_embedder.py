@@ -9,8 +9,11 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from connector import tokens
+from connector.counters import REGISTRY
 from connector.embedders import close, load
 from connector.errors import FatalError, TransientError
 from connector.settings import EmbedSettings, Settings
@@ -164,6 +167,59 @@ def test_a_text_over_the_token_limit_is_embedded_in_windows_never_truncated(stub
     assert stub.texts == [text[w.start : w.end] for w in windows]
     pooled = sum(w.tokens * w.vector for w in windows)
     assert np.allclose(result.vectors[0], pooled / np.linalg.norm(pooled), atol=1e-6)
+
+
+def test_windows_tile_any_text_and_one_holds_every_text_within_the_limit(stub, opened) -> None:
+    """A text of at most `limit` UTF-8 bytes is one window without being encoded, its bytes standing for its tokens
+    (never fewer than tiktoken counts); a longer one is counted and cut. Either way the windows tile the text, and a
+    text tiktoken counts within the limit is one window."""
+    model = opened(embed_settings(stub, dimensions=64))
+    alphabet = st.sampled_from(list("ab \n.,é日本🙂") + ["penguin ", "   ", "\r\n", "ﬁ", "\u200b"])
+
+    @given(st.lists(alphabet, max_size=120).map("".join), st.integers(16, 400))
+    @settings(max_examples=400, deadline=None)
+    def check(text: str, limit: int) -> None:
+        windows = model._windows(text, limit)
+        assert "".join(text[a:b] for a, b, _ in windows) == text
+        counted = len(tokens.encoding("cl100k_base").encode_ordinary(text))
+        if counted <= limit:
+            assert len(windows) == 1 and windows[0][2] >= counted
+        else:
+            assert len(windows) > 1 and all(b > a for a, b, _ in windows)
+
+    check()
+
+
+def test_requests_stay_within_the_token_budget_counted_by_tiktoken(stub, opened) -> None:
+    """Texts that are one window each, with their bytes as upper bounds of their tokens: a request never holds more
+    than `max_request_tokens` tokens, and every text gets its own vector, in order."""
+    model = opened(embed_settings(stub, dimensions=64, max_request_tokens=300, batch_size=50))
+    texts = [f"{i} " + "fjord glacier moraine " * (3 + i % 7) + "日本" * (i % 3) for i in range(40)]
+    result = model.embed(texts)
+    assert result.vectors.shape == (40, 64)
+    encoding = tokens.encoding("cl100k_base")
+    for request in stub.requests[1:]:
+        assert sum(len(encoding.encode_ordinary(t)) for t in request["body"]["input"]) <= 300
+    alone = opened(embed_settings(stub, dimensions=64, batch_size=1)).embed(texts[:5]).vectors
+    assert np.allclose(alone, result.vectors[:5], atol=1e-6)
+
+
+def test_embedded_tokens_are_what_the_endpoint_says_it_read_else_tiktokens_count(stub, opened) -> None:
+    """`connector_embed_tokens` counts the answer's `usage.prompt_tokens` (what a provider bills, by its own
+    tokenizer); an endpoint that answers without usage gets tiktoken's count of what was sent."""
+    model = opened(embed_settings(stub, dimensions=64, model="counting-model"))
+    texts = ["Walruses haul out on sea ice.", "Narwhal tusks are teeth."]
+
+    def counted() -> float:
+        return REGISTRY.get_sample_value("connector_embed_tokens_total", {"model": "counting-model"}) or 0.0
+
+    before = counted()
+    model.embed(texts)
+    assert counted() - before == sum(server_tokens(t) for t in texts)
+    stub.usage = False
+    before = counted()
+    model.embed(texts[:1])
+    assert counted() - before == len(tokens.encoding("cl100k_base").encode_ordinary(texts[0]))
 
 
 def test_a_server_counting_more_tokens_than_tiktoken_gets_shorter_windows(stub, opened, caplog) -> None:
