@@ -149,8 +149,10 @@ def test_a_deleted_chunks_postings_are_found_by_its_lexemes_not_by_reading_them_
         conn.execute("ANALYZE connector.chunk_terms")
         total = conn.execute("SELECT count(*) FROM connector.chunk_terms").fetchone()[0]
         assert total > 100_000
-        mine = conn.execute("SELECT count(*) FROM connector.chunk_terms t JOIN connector.chunks c ON c.id = t.chunk_id "
-                            "JOIN connector.documents d ON d.id = c.document_id WHERE d.source_key = '7'").fetchone()[0]  # fmt: skip
+        mine = conn.execute(
+            "SELECT count(*) FROM connector.chunk_terms t JOIN connector.chunks c ON c.id = t.chunk_id "
+            "JOIN connector.documents d ON d.id = c.document_id WHERE d.source_key = '7'"
+        ).fetchone()[0]
         seq0, idx0 = _scans(conn)
         conn.execute("DELETE FROM connector.documents WHERE source_key = '7'")  # cascades to its three chunks
         seq1, idx1 = _scans(conn)

@@ -131,7 +131,8 @@ class QueueLine:
     last_error: str | None
 
 
-# Filters are optional: NULL matches everything. The count of chunks reads the (document_id, ordinal) unique index per line shown.
+# Filters are optional: NULL matches everything. The count of chunks reads the (document_id, ordinal) unique index
+# per line shown.
 DOCUMENTS_PAGE = """
 SELECT d.id, d.source, d.source_key, d.title, d.status, d.strategy, d.score,
        (SELECT count(*) FROM connector.chunks c WHERE c.document_id = d.id) AS chunks,
