@@ -460,3 +460,24 @@ def test_hashed_bow_keeps_a_bounded_cache_of_word_codes_and_the_same_vectors(mon
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
     assert all(np.allclose(a, _hashed_bow_reference(t, 64, frozenset()), rtol=0, atol=1e-7)
                for a, t in zip(first, batches, strict=True))  # fmt: skip
+
+
+@examples(max_examples=2000, deadline=None)
+@given(
+    st.lists(st.one_of(st.sampled_from([0.0, -0.0, 1.0, -1.0, 1e-300]), st.floats(-2, 2, allow_nan=False)),
+             min_size=1, max_size=40),
+)  # fmt: skip
+def test_icc_and_dccs_means_are_numpys_to_the_last_bit(values) -> None:
+    """ICC and DCC average without np.mean's argument handling: the clipped mean of a candidate's scores and the
+    float32 mean of a chunk's sentence cosines must be numpy's, bit for bit (a score a bit off can change a
+    winner)."""
+    import struct
+
+    from connector.metrics.cohesion import _clipped_mean, _mean32
+
+    def bits(x: float) -> bytes:
+        return struct.pack("<d", x)
+
+    assert bits(_clipped_mean(values)) == bits(float(np.clip(np.mean(values), 0.0, 1.0)))
+    as32 = np.asarray(values, dtype=np.float32)
+    assert bits(_mean32(as32)) == bits(float(np.mean(as32)))

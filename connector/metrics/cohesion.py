@@ -73,10 +73,23 @@ def intrachunk_cohesion(
         if len(pieces) < 2:
             continue
         rows = vectors([(chunk.start, chunk.end), *pieces])
-        scores.append(float(np.mean(rows[1:] @ rows[0])))
+        scores.append(_mean32(rows[1:] @ rows[0]))
     if not scores:
         return None
-    return float(np.clip(np.mean(scores), 0.0, 1.0))
+    return _clipped_mean(scores)
+
+
+def _mean32(values: np.ndarray) -> float:
+    """`float(np.mean(values))` of a float32 vector to the bit: numpy's pairwise sum, then its quotient by the count
+    (taken in float64) rounded back to float32; without the ~4 µs of numpy's argument handling, once per chunk."""
+    return float(np.float32(float(np.add.reduce(values)) / len(values)))
+
+
+def _clipped_mean(values: Sequence[float]) -> float:
+    """`float(np.clip(np.mean(values), 0, 1))` to the bit (the same float64 array and pairwise sum), without the
+    ~7 µs numpy spends handling the arguments of the two calls: ICC and DCC take one for every candidate."""
+    mean = float(np.add.reduce(np.asarray(values, dtype=np.float64))) / len(values)
+    return min(max(mean, 0.0), 1.0)
 
 
 def windows(token_counts: Sequence[int], limit: int = WINDOW_TOKENS) -> list[tuple[int, int]]:
@@ -114,4 +127,4 @@ def contextual_coherence(
         window = (rows[i:j] * weights[i:j]).sum(axis=0)
         window /= np.linalg.norm(window) or 1.0
         sims.extend(rows[i:j] @ window)
-    return float(np.clip(np.mean(sims), 0.0, 1.0))
+    return _clipped_mean(sims)
