@@ -481,3 +481,34 @@ def test_icc_and_dccs_means_are_numpys_to_the_last_bit(values) -> None:
     assert bits(_clipped_mean(values)) == bits(float(np.clip(np.mean(values), 0.0, 1.0)))
     as32 = np.asarray(values, dtype=np.float32)
     assert bits(_mean32(as32)) == bits(float(np.mean(as32)))
+
+
+@examples(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(["Walruses sleep.", " ", "\n\n", "It rains!", "...", "  ok?", "x", "—", "3 seals."]),
+             max_size=30).map("".join),
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 200)), min_size=1, max_size=12),
+)  # fmt: skip
+def test_a_chunks_sentence_pieces_are_its_sentences_clipped_and_trimmed_whoever_asked_first(text, cuts) -> None:
+    """`Sentences.within` keeps each whole sentence's piece for every chunk that holds it: chunks asked for in any
+    order get what clipping and trimming each sentence to the chunk gives, the pieces without a letter or digit
+    left out."""
+    import re
+
+    from connector.chunkers.base import trim
+
+    sentences = Sentences(text, sentence_spans(text))
+    for a, b in cuts:
+        start, end = sorted((min(a, len(text)), min(b, len(text))))
+        if start == end:
+            continue
+        chunk = make_chunk(text, start, end, "cl100k_base")
+        if chunk is None:
+            continue
+        expected = []
+        for s, e in sentences.spans:
+            if s < chunk.end and e > chunk.start:
+                piece = trim(text, max(s, chunk.start), min(e, chunk.end))
+                if re.search(r"[^\W_]", text[piece[0] : piece[1]]):
+                    expected.append(piece)
+        assert sentences.within(chunk) == expected

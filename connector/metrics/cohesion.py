@@ -33,6 +33,9 @@ class Sentences:
         self.spans = spans
         self._ends = [b for _, b in spans]
         self._within: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        # Each sentence trimmed, or None when it holds no letter or digit: what a chunk holding all of it gets, and
+        # most chunks hold most of their sentences whole (worked out when first asked for).
+        self._whole: list[tuple[int, int] | None | bool] = [False] * len(spans)
 
     def within(self, chunk: Chunk) -> list[tuple[int, int]]:
         """Spans of the sentences (clipped to the chunk, trimmed) that hold a letter or digit. Kept per chunk span:
@@ -42,14 +45,25 @@ class Sentences:
         if found is not None:
             return found
         out = []
+        spans, whole = self.spans, self._whole
         i = bisect.bisect_right(self._ends, chunk.start)
-        while i < len(self.spans) and self.spans[i][0] < chunk.end:
-            a, b = trim(self.text, max(self.spans[i][0], chunk.start), min(self.spans[i][1], chunk.end))
-            if _ALNUM.search(self.text, a, b):
-                out.append((a, b))
+        while i < len(spans) and spans[i][0] < chunk.end:
+            start, end = spans[i]
+            if start >= chunk.start and end <= chunk.end:
+                piece = whole[i]
+                if piece is False:
+                    piece = whole[i] = self._piece(start, end)
+            else:
+                piece = self._piece(max(start, chunk.start), min(end, chunk.end))
+            if piece is not None:
+                out.append(piece)
             i += 1
         self._within[key] = out
         return out
+
+    def _piece(self, start: int, end: int) -> tuple[int, int] | None:
+        a, b = trim(self.text, start, end)
+        return (a, b) if _ALNUM.search(self.text, a, b) else None
 
 
 def icc_spans(chunks: Sequence[Chunk], sentences: Sentences) -> list[tuple[int, int]]:
