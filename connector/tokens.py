@@ -92,6 +92,7 @@ class _Primed:
     starts: list[int]  # 0, each line start (`_LINE_START`), len(text)
     firsts: list[int]  # the position of each line's first non-blank character: a cut there needs the text to reach it
     before: list[int]  # tokens of text[:start], for each start
+    ends: np.ndarray | None = None  # UTF-8 bytes of the text up to the end of each token (None: not worked out)
 
     def count(self, a: int, e: int) -> int:
         """Tokens in text[a:e]: the lines wholly inside from the table, the partial lines at both ends encoded."""
@@ -144,6 +145,7 @@ def prime(text: str, name: str) -> tuple[int, ...]:
     ids (`document_ids` returns them again)."""
     ids = encoding(name).encode_ordinary(text)
     starts, firsts, before = [0], [0], []
+    token_ends = None
     if name in _ADDITIVE:
         for m in _LINE_START.finditer(text):
             starts.append(m.start())
@@ -164,7 +166,7 @@ def prime(text: str, name: str) -> tuple[int, ...]:
         ends_there = np.concatenate(([0], token_ends))[at]
         if len(ids) and np.array_equal(ends_there, byte_starts):
             before = at.tolist()
-    _document.value = _Primed(text, name, tuple(ids), starts, firsts, before)
+    _document.value = _Primed(text, name, tuple(ids), starts, firsts, before, token_ends)
     _document.hint = 0
     return _document.value.ids
 
@@ -178,6 +180,14 @@ def primed_for(text: str, name: str) -> None:
 def forget() -> None:
     """Drop this thread's primed document (its texts are no longer the ones being counted)."""
     _document.value = None
+
+
+def primed_token_ends(text: str, name: str) -> np.ndarray | None:
+    """How many UTF-8 bytes of `text` its tokens cover, up to the end of each one (cumulative), when `text` is this
+    thread's primed document and `prime` worked them out; else None. For ASCII text, bytes are characters: the
+    character offset where each token ends."""
+    primed = _primed_as(text, name)
+    return primed.ends if primed is not None else None
 
 
 def document_ids(text: str, name: str) -> tuple[int, ...] | list[int]:

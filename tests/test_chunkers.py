@@ -249,3 +249,27 @@ def test_semantic_threshold_is_numpys_percentile_to_the_last_bit(values, q) -> N
         numpys = float(np.percentile(np.asarray(values), q))
     ours = percentile(values, q)
     assert (math.isnan(ours) and math.isnan(numpys)) or struct.pack("<d", ours) == struct.pack("<d", numpys)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from(["Walruses ", "sleep", ".\n\n", "  ", "x" * 40, "1234567", "\t", "--", "ice "]),
+             max_size=400).map("".join),
+    st.sampled_from([(8, 2), (16, 0), (5, 4), (512, 50)]),
+)  # fmt: skip
+def test_token_windows_of_ascii_text_are_the_same_primed_or_not(text, size_overlap) -> None:
+    """Window edges of an ASCII document come from the token ends `tokens.prime` summed (as a `choose` primes
+    every document), or from tiktoken's bytes per window when nothing is primed: the same chunks either way, and
+    each one's text is the document's at its offsets."""
+    from connector.chunkers.window import TokenWindowChunker
+
+    size, overlap = size_overlap
+    chunker = TokenWindowChunker(size, overlap, "cl100k_base")
+    document = Document(text, ())
+    tokens.prime(text, "cl100k_base")
+    primed = chunker.split(document).chunks
+    tokens.forget()
+    assert tokens.primed_token_ends(text, "cl100k_base") is None
+    unprimed = chunker.split(document).chunks
+    assert primed == unprimed
+    assert all(text[c.start : c.end] == c.text for c in primed)

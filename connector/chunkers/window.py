@@ -27,10 +27,17 @@ class TokenWindowChunker:
         ids = tokens.document_ids(text, self.encoding)  # encoded once per document (`tokens.prime`)
         step = max(1, self.size - self.overlap)
         starts = range(0, len(ids), step)
-        # Character offsets of the window edges. ASCII text: a token's bytes are its characters, so each edge is the
-        # previous one plus the length of the tokens between (one Rust call per window). Otherwise every token's
-        # offset from tiktoken (a Python loop over all tokens), which also handles tokens that split a character.
-        if text.isascii():
+        # Character offsets of the window edges. ASCII text: a token's bytes are its characters, so each edge is where
+        # the token before it ends (`tokens.prime` added their lengths up already), or the previous edge plus the
+        # length of the tokens between (one Rust call per window). Otherwise every token's offset from tiktoken (a
+        # Python loop over all tokens), which also handles tokens that split a character.
+        ascii_text = text.isascii()
+        ends = tokens.primed_token_ends(text, self.encoding) if ascii_text else None
+        if ends is not None:
+
+            def offset(k: int) -> int:
+                return int(ends[k - 1]) if k else 0
+        elif ascii_text:
             edge = {0: 0}
             for i in starts:
                 if i + step < len(ids):
