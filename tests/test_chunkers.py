@@ -273,3 +273,30 @@ def test_token_windows_of_ascii_text_are_the_same_primed_or_not(text, size_overl
     unprimed = chunker.split(document).chunks
     assert primed == unprimed
     assert all(text[c.start : c.end] == c.text for c in primed)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from(["e.g. ", "Dr. Who ", "A. B. ", "Prof. X ", "word. ", "Next ", "etc. ", "(see ", "3 ",
+                              "\n\n", "! ", "? ", "Mrs. ", "al. ", "x.", "Vol. ", "No. 4 ", "“Q” ", "pp. 12 "]),
+             max_size=60).map("".join),
+)  # fmt: skip
+def test_abbreviations_are_looked_for_at_the_sentences_end_only_with_the_same_cuts(text) -> None:
+    """`_spans` looks for an abbreviation just before each possible cut (none is longer than "Prof."): the same
+    sentences as looking for one over the whole sentence so far."""
+    from connector.chunkers import sentences as s
+
+    def reference(text: str) -> list[tuple[int, int]]:
+        spans, pos = [], 0
+        for m in s._BOUNDARY.finditer(text):
+            cut = m.start(1) if m.group(1) is not None else m.start(2)
+            if m.group(1) is not None and s._ABBREVIATION.search(text, pos, cut):
+                continue
+            a, b = s.trim(text, pos, cut)
+            if b > a:
+                spans.append((a, b))
+            pos = m.end()
+        a, b = s.trim(text, pos, len(text))
+        return [*spans, (a, b)] if b > a else spans
+
+    assert s._spans(text, 0, None) == reference(text)

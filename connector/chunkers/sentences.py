@@ -17,6 +17,7 @@ from connector.models import Document
 # The sentence ends where the whitespace group starts: closing quotes and brackets stay with their sentence.
 _BOUNDARY = re.compile(r"""[.!?]["'”’)\]]*(\s+)(?=["“'‘(\[]?[A-Z0-9])|(\n[ \t]*\n\s*)""")
 _ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|Dr|Mr|Mrs|Ms|Prof|Fig|No|Vol|pp|al)\.|\b[A-Z]\.)$")
+_LONGEST_ABBREVIATION = 5  # "Prof.": a match ends at the cut, so it starts at most this far before it
 
 
 def sentence_spans(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
@@ -39,7 +40,8 @@ def _spans(text: str, start: int, end: int | None) -> list[tuple[int, int]]:
     pos = start
     for m in _BOUNDARY.finditer(text, start, end):
         cut = m.start(1) if m.group(1) is not None else m.start(2)
-        if m.group(1) is not None and _ABBREVIATION.search(text, pos, cut):
+        # Looked for at the sentence's end only (`\b` still sees the character before where the search starts).
+        if m.group(1) is not None and _ABBREVIATION.search(text, max(pos, cut - _LONGEST_ABBREVIATION - 1), cut):
             continue
         a, b = trim(text, pos, cut)
         if b > a:
