@@ -56,6 +56,8 @@ def test_spans_of_a_generated_document_count_as_tiktoken_counts_them(name: str, 
     for a in range(0, len(text), 7):
         for e in range(a + 1, len(text) + 1, 5):
             assert tokens.count(text[a:e], name) == exact(text[a:e], name), (a, e)
+            # and by place, as chunks are made (`make_chunk`): the same count without looking for the text
+            assert tokens.count_span(text, a, e, name) == exact(text[a:e], name), (a, e)
     assert tokens.count(text, name) == exact(text, name)
 
 

@@ -43,5 +43,4 @@ def make_chunk(text: str, start: int, end: int, encoding: str) -> Chunk | None:
     start, end = trim(text, start, end)
     if start == end:
         return None
-    piece = text[start:end]
-    return Chunk(start=start, end=end, text=piece, token_count=tokens.count(piece, encoding))
+    return Chunk(start=start, end=end, text=text[start:end], token_count=tokens.count_span(text, start, end, encoding))
