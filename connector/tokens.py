@@ -132,6 +132,14 @@ def count_span(text: str, start: int, end: int, name: str) -> int:
     return count(text[start:end], name)
 
 
+def count_spans(text: str, spans: list[tuple[int, int]], name: str) -> list[int]:
+    """`count_span` of each of `spans` of `text` (`count_many` of their texts when `text` is not primed)."""
+    primed = _primed_as(text, name)
+    if primed is None or not primed.before:
+        return count_many([text[a:b] for a, b in spans], name)
+    return [count_span(text, a, b, name) for a, b in spans]
+
+
 def _piece(text: str, name: str) -> int:
     if len(text) > CACHED_CHARS:
         return len(encoding(name).encode_ordinary(text))

@@ -58,6 +58,8 @@ def test_spans_of_a_generated_document_count_as_tiktoken_counts_them(name: str, 
             assert tokens.count(text[a:e], name) == exact(text[a:e], name), (a, e)
             # and by place, as chunks are made (`make_chunk`): the same count without looking for the text
             assert tokens.count_span(text, a, e, name) == exact(text[a:e], name), (a, e)
+    spans = [(a, min(len(text), a + 1 + a % 23)) for a in range(0, len(text), 3)]
+    assert tokens.count_spans(text, spans, name) == [exact(text[a:e], name) for a, e in spans]
     assert tokens.count(text, name) == exact(text, name)
 
 

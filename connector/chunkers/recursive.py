@@ -57,7 +57,7 @@ def split_span(text: str, start: int, end: int, max_tokens: int, encoding: str, 
     With `overlap_tokens`, each chunk after the first starts with whole trailing sentences of the chunk before it
     (as many as fit in the budget), then is filled up as usual: overlap in semantic units, never a cut sentence."""
     pieces = _merge_small_pieces(text, _shred(text, start, end, max_tokens, encoding, 0))
-    queue = deque(zip(pieces, tokens.count_many([text[a:b] for a, b in pieces], encoding), strict=True))
+    queue = deque(zip(pieces, tokens.count_spans(text, pieces, encoding), strict=True))
     chunks: list[Chunk] = []
     run: list[tuple[tuple[int, int], int]] = []
     total = 0
@@ -96,7 +96,7 @@ def _carry(text: str, chunk: Chunk, budget: int, encoding: str) -> tuple[tuple[i
 
     tail = sentence_spans(text, chunk.start, chunk.end)[1:]
     start, used = None, 0
-    counts = tokens.count_many([text[a:b] for a, b in tail], encoding)
+    counts = tokens.count_spans(text, tail, encoding)
     for (a, _b), n in zip(reversed(tail), reversed(counts), strict=True):
         if used + n > budget:
             break
@@ -105,7 +105,7 @@ def _carry(text: str, chunk: Chunk, budget: int, encoding: str) -> tuple[tuple[i
 
 
 def _shred(text: str, start: int, end: int, max_tokens: int, encoding: str, level: int) -> list[tuple[int, int]]:
-    if end - start <= max_tokens or tokens.count(text[start:end], encoding) <= max_tokens:
+    if end - start <= max_tokens or tokens.count_span(text, start, end, encoding) <= max_tokens:
         # NOTE: the length test is a shortcut, not an approximation: a token is at least one character.
         return [(start, end)]
     for depth in range(level, len(SEPARATORS)):
@@ -129,7 +129,7 @@ def _by_characters(text: str, start: int, end: int, max_tokens: int, encoding: s
         lo, hi = start + 1, end
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if tokens.count(text[start:mid], encoding) <= max_tokens:
+            if tokens.count_span(text, start, mid, encoding) <= max_tokens:
                 lo = mid
             else:
                 hi = mid - 1
