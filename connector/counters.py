@@ -13,7 +13,12 @@ EMBED_REQUESTS = Counter(
 EMBED_INPUTS = Counter(
     "connector_embed_inputs", "Texts (model windows) the embedder was asked to embed", ["model"], registry=REGISTRY
 )
-EMBED_TOKENS = Counter("connector_embed_tokens", "Tokens sent to a remote embedder", ["model"], registry=REGISTRY)
+EMBED_TOKENS = Counter(
+    "connector_embed_tokens",
+    "Tokens a remote embedder read (its usage; else counted here)",
+    ["model"],
+    registry=REGISTRY,
+)
 EMBED_RETRIES = Counter(
     "connector_embed_failures", "Remote embedding requests that failed after the client's retries, by kind",
     ["model", "kind"], registry=REGISTRY,

@@ -40,6 +40,9 @@ UNION ALL
 SELECT c.id FROM connector.chunks c
 WHERE length(c.search_tsv) <> (SELECT count(*) FROM unnest(c.search_tsv) u
                                JOIN connector.chunk_terms t ON t.term = u.lexeme AND t.chunk_id = c.id)
+UNION ALL  -- and no posting besides those: none of a term the chunk does not hold
+SELECT NULL WHERE (SELECT count(*) FROM connector.chunk_terms)
+                  <> (SELECT coalesce(sum(length(search_tsv)), 0) FROM connector.chunks)
 """
 
 

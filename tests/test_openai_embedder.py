@@ -174,18 +174,19 @@ def test_windows_tile_any_text_and_one_holds_every_text_within_the_limit(stub, o
     (never fewer than tiktoken counts); a longer one is counted and cut. Either way the windows tile the text, and a
     text tiktoken counts within the limit is one window."""
     model = opened(embed_settings(stub, dimensions=64))
-    alphabet = st.sampled_from(list("ab \n.,é日本🙂") + ["penguin ", "   ", "\r\n", "ﬁ", "\u200b"])
+    alphabet = st.sampled_from(list("ab \n.,é日本🙂") + ["penguin ", "   ", "\r\n", "ﬁ", "\u200b", "\ud800", "\udfff"])
 
     @given(st.lists(alphabet, max_size=120).map("".join), st.integers(16, 400))
     @settings(max_examples=400, deadline=None)
     def check(text: str, limit: int) -> None:
         windows = model._windows(text, limit)
-        assert "".join(text[a:b] for a, b, _ in windows) == text
+        assert "".join(text[a:b] for a, b, _, _ in windows) == text
         counted = len(tokens.encoding("cl100k_base").encode_ordinary(text))
         if counted <= limit:
             assert len(windows) == 1 and windows[0][2] >= counted
+            assert windows[0][3] == (windows[0][2] == counted and len(text.encode("utf-8", "surrogatepass")) > limit)
         else:
-            assert len(windows) > 1 and all(b > a for a, b, _ in windows)
+            assert len(windows) > 1 and all(b > a and is_count for a, b, _, is_count in windows)
 
     check()
 
@@ -198,8 +199,12 @@ def test_requests_stay_within_the_token_budget_counted_by_tiktoken(stub, opened)
     result = model.embed(texts)
     assert result.vectors.shape == (40, 64)
     encoding = tokens.encoding("cl100k_base")
+    counts = [len(encoding.encode_ordinary(t)) for t in texts]
     for request in stub.requests[1:]:
         assert sum(len(encoding.encode_ordinary(t)) for t in request["body"]["input"]) <= 300
+    # Bounds are counted where the budget is reached: each request is filled to within one text of it (the
+    # texts' bytes alone, 4 to 5 times their tokens, would have sent one text per request).
+    assert len(stub.requests) - 1 <= math.ceil(sum(counts) / (300 - max(counts)))
     alone = opened(embed_settings(stub, dimensions=64, batch_size=1)).embed(texts[:5]).vectors
     assert np.allclose(alone, result.vectors[:5], atol=1e-6)
 
@@ -233,6 +238,21 @@ def test_a_server_counting_more_tokens_than_tiktoken_gets_shorter_windows(stub, 
     assert "".join(text[w.start : w.end] for w in windows) == text
     assert result.window_spans[1][0].end == len("short one")
     assert "CONNECTOR_EMBED_MAX_INPUT_TOKENS" in caplog.text
+
+
+def test_a_text_within_the_limit_in_bytes_refused_as_too_long_is_cut_by_its_counted_tokens(stub, opened) -> None:
+    """A 600-character text is one window without being counted (600 bytes, under 8191); the server, counting one
+    token per 3 characters, refuses it over 120. The retry counts it (~150 tiktoken tokens) and sends windows of
+    half that: two requests in all, not a third one with the same text."""
+    stub.max_tokens = 120
+    model = opened(embed_settings(stub, dimensions=64))
+    text = " ".join(f"moraine{i}" for i in range(60))
+    result = model.embed([text])
+    windows = result.window_spans[0]
+    assert len(stub.requests) - 1 == 2
+    assert stub.requests[1]["body"]["input"] == [text]
+    assert len(windows) == 2 and "".join(text[w.start : w.end] for w in windows) == text
+    assert all(server_tokens(text[w.start : w.end]) <= 120 for w in windows)
 
 
 def test_a_server_refusing_large_batches_with_413_gets_them_split(stub, opened) -> None:

@@ -105,12 +105,14 @@ class OpenAIEmbedder:
         self._encoding = tokens.encoding(embed.tokenizer)
         self._max_tokens = embed.max_input_tokens
         self._window_note = threading.Event()
-        self._batcher = _Batcher(self._send, embed.batch(remote=True), embed.max_request_tokens, embed.concurrency)
+        self._batcher = _Batcher(
+            self._send, self._count, embed.batch(remote=True), embed.max_request_tokens, embed.concurrency
+        )
         # One short request at start: a wrong key, model or `dimensions` stops here, before any document is
         # touched, and it tells the model's dimension when none was asked for.
         self.dim = embed.dimensions or 0
         try:
-            self.dim = len(self._batcher.submit([(PROBE, 2)])[0].result())
+            self.dim = len(self._batcher.submit([(PROBE, 2, True)])[0].result())
         except DocumentError as exc:
             self.close()
             raise FatalError(f"the embedding endpoint refuses a one-word request: {exc}") from None
@@ -123,22 +125,23 @@ class OpenAIEmbedder:
         if not texts:
             return Embeddings(np.zeros((0, self.dim), dtype=np.float32), ())
         limit = self._max_tokens
-        per_text: list[list[tuple[int, int, int]]] = [self._windows(t, limit) for t in texts]
+        per_text: list[list[tuple[int, int, int, bool]]] = [self._windows(t, limit) for t in texts]
         results: list[list[np.ndarray] | None] = [None] * len(texts)
         pending = list(range(len(texts)))
         while pending:
             # One submit for every window of every text: the dispatcher cuts them into full requests.
-            pieces = [(i, texts[i][s:e], n) for i in pending for s, e, n in per_text[i]]
-            futures = self._batcher.submit([(text, n) for _, text, n in pieces])
+            pieces = [(i, texts[i][s:e], n, counted) for i in pending for s, e, n, counted in per_text[i]]
+            futures = self._batcher.submit([(text, n, counted) for _, text, n, counted in pieces])
             by_text: dict[int, list] = {}
-            for (i, _, _), f in zip(pieces, futures, strict=True):
+            for (i, *_), f in zip(pieces, futures, strict=True):
                 by_text.setdefault(i, []).append(f)
             retry: list[int] = []
             for i, fs in by_text.items():
                 try:
                     results[i] = [f.result() for f in fs]
                 except InputTooLong:
-                    longest = max(n for _, _, n in per_text[i])
+                    # the windows' tokens (a text within the limit in bytes was not counted: counted now)
+                    longest = max(n if counted else self._count(texts[i][a:b]) for a, b, n, counted in per_text[i])
                     if longest <= _MIN_WINDOW:
                         raise DocumentError(f"the embedding endpoint refuses even {longest}-token inputs") from None
                     if not self._window_note.is_set():
@@ -155,7 +158,7 @@ class OpenAIEmbedder:
             pending = retry
         vectors, weights, owners, spans = [], [], [], []
         for i, (windows, vecs) in enumerate(zip(per_text, results, strict=True)):
-            for (start, end, n), v in zip(windows, vecs, strict=True):
+            for (start, end, n, _), v in zip(windows, vecs, strict=True):
                 weight = max(1, n) if len(windows) > 1 else 1  # one window: its own vector (n: maybe its bytes)
                 vectors.append(v)
                 weights.append(weight)
@@ -171,22 +174,24 @@ class OpenAIEmbedder:
         self._batcher.close()
         self._client.close()
 
-    def _windows(self, text: str, limit: int) -> list[tuple[int, int, int]]:
-        """(start, end, tokens) of consecutive windows of at most `limit` tokens. A text of at most `limit` bytes
-        is one window, its bytes an upper bound of its tokens: encoding it (~0.1 ms per 2,400 characters, in the
-        sidecar's own busy process) would tell nothing more."""
-        if 4 * len(text) <= limit:  # four bytes at most per character
-            return [(0, len(text), 4 * len(text))]
-        size = len(text.encode("utf-8", "surrogatepass"))
+    def _windows(self, text: str, limit: int) -> list[tuple[int, int, int, bool]]:
+        """(start, end, tokens, counted) of consecutive windows of at most `limit` tokens. A text of at most `limit`
+        UTF-8 bytes is one window and is not encoded (~0.1 ms per 2,400 characters, in the sidecar's own busy
+        process): its bytes stand for its tokens, an upper bound (`counted` False; the batcher counts it only if a
+        request's token budget depends on it)."""
+        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
         if size <= limit:
-            return [(0, len(text), size)]
+            return [(0, len(text), size, False)]
         ids = self._encoding.encode_ordinary(text)
         if len(ids) <= limit:
-            return [(0, len(text), len(ids))]
+            return [(0, len(text), len(ids), True)]
         _, offsets = self._encoding.decode_with_offsets(ids)
         cuts = [0, *(offsets[i] for i in range(limit, len(ids), limit)), len(text)]
         sizes = [min(limit, len(ids) - i) for i in range(0, len(ids), limit)]
-        return [(a, b, n) for a, b, n in zip(cuts[:-1], cuts[1:], sizes, strict=True) if b > a]
+        return [(a, b, n, True) for a, b, n in zip(cuts[:-1], cuts[1:], sizes, strict=True) if b > a]
+
+    def _count(self, text: str) -> int:
+        return len(self._encoding.encode_ordinary(text))
 
     def _send(self, inputs: list[str]) -> list[np.ndarray]:
         import openai
@@ -217,7 +222,7 @@ class OpenAIEmbedder:
             raise self._status_error(exc) from None
         vectors, used = _vectors(answer.http_response.content, len(inputs))
         if used is None:  # the endpoint does not say: our own count of what was sent
-            used = sum(len(ids) for ids in self._encoding.encode_ordinary_batch(inputs))
+            used = sum(map(self._count, inputs))
         EMBED_TOKENS.labels(self.name).inc(used)
         expected = self._dimensions or getattr(self, "dim", 0)
         if expected and vectors.shape[1] != expected:
@@ -295,25 +300,28 @@ def _short(exc) -> str:
 
 
 class _Batcher:
-    """One queue of (text, tokens) for every caller; a dispatcher thread sends it as requests of at most `batch`
-    inputs and `request_tokens` tokens, `concurrency` at once, and resolves each text's future."""
+    """One queue of (text, tokens, counted) for every caller; a dispatcher thread sends it as requests of at most
+    `batch` inputs and `request_tokens` tokens, `concurrency` at once, and resolves each text's future. Tokens not
+    `counted` are an upper bound (the text's bytes), counted with `count` only where a request's budget depends on
+    them."""
 
-    def __init__(self, send, batch: int, request_tokens: int, concurrency: int) -> None:
+    def __init__(self, send, count, batch: int, request_tokens: int, concurrency: int) -> None:
         self._send = send
+        self._count = count
         self._batch = batch
         self._request_tokens = request_tokens
         self._concurrency = concurrency
         self._cond = threading.Condition()
-        self._queue: deque[tuple[str, int, Future]] = deque()
+        self._queue: deque[tuple[str, int, bool, Future]] = deque()
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def submit(self, pieces: list[tuple[str, int]]) -> list[Future]:
+    def submit(self, pieces: list[tuple[str, int, bool]]) -> list[Future]:
         futures = [Future() for _ in pieces]
         with self._cond:
             if self._closed:
                 raise FatalError("the embedder is closed")
-            self._queue.extend((text, n, f) for (text, n), f in zip(pieces, futures, strict=True))
+            self._queue.extend((text, n, counted, f) for (text, n, counted), f in zip(pieces, futures, strict=True))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="embed-dispatch", daemon=True)
                 self._thread.start()
@@ -342,25 +350,36 @@ class _Batcher:
                 slots.acquire()
                 pool.submit(self._request, batch).add_done_callback(lambda _: slots.release())
 
-    def _take(self) -> list[tuple[str, int, Future]]:
+    def _take(self) -> list[tuple[str, int, bool, Future]]:
         batch = [self._queue.popleft()]
         total = batch[0][1]
-        while self._queue and len(batch) < self._batch and total + self._queue[0][1] <= self._request_tokens:
-            item = self._queue.popleft()
-            batch.append(item)
+        while self._queue and len(batch) < self._batch:
+            item = self._queue[0]
+            if total + item[1] > self._request_tokens and not (item[2] and all(counted for _, _, counted, _ in batch)):
+                # Where the budget is reached, bounds become counts: the request holds what really fits.
+                batch = [self._counted(x) for x in batch]
+                total = sum(n for _, n, _, _ in batch)
+                item = self._queue[0] = self._counted(item)
+            if total + item[1] > self._request_tokens:
+                break
+            batch.append(self._queue.popleft())
             total += item[1]
         return batch
 
-    def _request(self, batch: list[tuple[str, int, Future]]) -> None:
+    def _counted(self, item: tuple[str, int, bool, Future]) -> tuple[str, int, bool, Future]:
+        text, _, counted, future = item
+        return item if counted else (text, self._count(text), True, future)
+
+    def _request(self, batch: list[tuple[str, int, bool, Future]]) -> None:
         try:
-            vectors = self._send([text for text, _, _ in batch])
+            vectors = self._send([text for text, _, _, _ in batch])
         except _Split:
             for item in batch:
                 self._request([item])
             return
         except BaseException as exc:  # noqa: BLE001 - handed to every caller waiting on this batch
-            for _, _, future in batch:
+            for _, _, _, future in batch:
                 future.set_exception(exc)
             return
-        for (_, _, future), vector in zip(batch, vectors, strict=True):
+        for (_, _, _, future), vector in zip(batch, vectors, strict=True):
             future.set_result(vector)
