@@ -125,9 +125,8 @@ def count(text: str, name: str) -> int:
 def count_span(text: str, start: int, end: int, name: str) -> int:
     """`count(text[start:end], name)`, for a span whose place is known: of this thread's primed document, from its
     table without looking for the span first."""
-    primed: _Primed | None = getattr(_document, "value", None)
-    primed_here = primed is not None and primed.name == name and primed.before and end - start >= _MIN_SPAN
-    if primed_here and (primed.text is text or primed.text == text):
+    primed = _primed_as(text, name)
+    if primed is not None and primed.before and end - start >= _MIN_SPAN:
         return primed.count(start, end)
     return count(text[start:end], name)
 
