@@ -10,7 +10,7 @@ re-embedded.
 
 Events can be lost (the kernel's inotify queue overflows on a burst; nobody watches while the sidecar is down), so
 the folder is also rescanned (see `connector.sources.folder.rescan`): at start, after every reconnection to the
-database, when watchdog reports an overflow, and every `rescan_seconds`.
+database, when watchdog reports lost events (`EventsLostEvent`: the queue overflowed), and every `rescan_seconds`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from watchdog.events import (
     EVENT_TYPE_DELETED,
     EVENT_TYPE_MODIFIED,
     EVENT_TYPE_MOVED,
+    EventsLostEvent,
     FileSystemEvent,
     FileSystemEventHandler,
 )
@@ -67,6 +68,9 @@ class _Events(FileSystemEventHandler):
             self.watcher.request_rescan("a folder event failed")
 
     def _dispatch(self, event: FileSystemEvent) -> None:
+        if isinstance(event, EventsLostEvent):  # watchdog has already rebuilt its watches; the events are gone
+            self.watcher.request_rescan("events were lost (the inotify queue overflowed)")
+            return
         src = Path(os.fsdecode(event.src_path))
         if event.event_type == EVENT_TYPE_DELETED:
             self.watcher.deleted(src)
@@ -74,22 +78,6 @@ class _Events(FileSystemEventHandler):
             self.watcher.moved(src, Path(os.fsdecode(event.dest_path)), event.is_directory)
         elif not event.is_directory and event.event_type in _CONTENT_EVENTS:
             self.watcher.touch(src)
-
-
-class _OverflowHook(logging.Handler):
-    """watchdog reports an inotify queue overflow only as a log record of its own (it rebuilds its watches, but the
-    events are gone): that record makes the watcher rescan. The periodic rescan covers a watchdog that words it
-    otherwise."""
-
-    LOGGER = "watchdog.observers.inotify_c"
-
-    def __init__(self, watcher: FolderWatcher):
-        super().__init__(logging.WARNING)
-        self.watcher = watcher
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if str(record.msg).startswith("Inotify queue overflowed"):
-            self.watcher.request_rescan("the inotify queue overflowed")
 
 
 class FolderWatcher:
@@ -115,13 +103,11 @@ class FolderWatcher:
         self._beat = time.monotonic()
         self._problem: str | None = None  # why it is not working right now (cleared once it works again)
         self._died: str | None = None
-        self._hook = _OverflowHook(self)
         self._observer = self._new_observer()
         self._thread = self._new_thread()
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        logging.getLogger(_OverflowHook.LOGGER).addHandler(self._hook)
         self._observer.start()  # before the first rescan (in the settle thread), so nothing written meanwhile is missed
         self._thread.start()
 
@@ -129,7 +115,6 @@ class FolderWatcher:
         with self._lock:
             self._stop.set()
             observer = self._observer
-        logging.getLogger(_OverflowHook.LOGGER).removeHandler(self._hook)
         observer.stop()
         if observer.is_alive():
             observer.join(timeout=5)
