@@ -4,15 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test install lint clean
+.PHONY: run test install lint clean constraints
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and pinned: left to the resolver it pulls a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	# -qq: setuptools prints an "editable installation" notice for every flat-layout editable install; errors still show.
-	$(BIN)/python -m pip install -qq -e '.[test]'
+	# -c: the versions this tree was tested with (constraints.txt), not whatever was released since.
+	$(BIN)/python -m pip install -qq -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,6 +29,15 @@ test: $(STAMP) lint
 lint: $(STAMP)
 	$(BIN)/ruff check connector migrations tests
 	$(BIN)/ruff format --check connector migrations tests
+
+## Resolve the dependencies afresh (a scratch venv, no constraints) and write what they resolved to constraints.txt.
+constraints:
+	rm -rf .constraints-venv && $(PYTHON) -m venv .constraints-venv
+	.constraints-venv/bin/python -m pip install --quiet --upgrade pip
+	.constraints-venv/bin/python -m pip install --quiet torch==2.13.0
+	.constraints-venv/bin/python -m pip install -qq -e '.[test]'
+	{ sed -n '/^#/p' constraints.txt; .constraints-venv/bin/python -m pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf .constraints-venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
