@@ -20,7 +20,7 @@ from connector import guards, tokens
 from connector.chunkers import Chunker
 from connector.errors import NotApplicable
 from connector.models import Candidate, Document
-from connector.pool import exit_with_parent, kill
+from connector.pool import exit_with_parent, kill, usable_cores
 from connector.settings import ChunkingSettings
 from connector.timing import NULL_TIMER, Timer
 
@@ -41,7 +41,7 @@ def generate(
 ) -> list[Candidate]:
     """One candidate per chunker, in the chunkers' order. `parallel=None` decides by document length."""
     if parallel is None:
-        parallel = len(document.markdown) >= PARALLEL_MIN_CHARS and len(chunkers) > 1 and (os.cpu_count() or 1) > 1
+        parallel = len(document.markdown) >= PARALLEL_MIN_CHARS and len(chunkers) > 1 and usable_cores() > 1
     if parallel:
         pool = _shared_pool()
         try:

@@ -92,3 +92,33 @@ def test_minilm_windows_tile_the_text_and_carry_their_own_vectors(minilm, plain)
     weights = [len(minilm._tokenizer(text[w.start : w.end], add_special_tokens=False)["input_ids"]) for w in windows]
     mean = sum(wt * w.vector for wt, w in zip(weights, windows, strict=True))
     assert np.allclose(got.vectors[0], mean / np.linalg.norm(mean), atol=1e-3)
+
+
+_THREADS_IN_ONE_CORE = """
+import os, sys
+from pathlib import Path
+os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # a container given one core of a larger machine
+from connector.embedders import load
+model = load("minilm")  # ONNX Runtime: its session starts its intra-op threads
+model.embed(["a sentence to embed, " * 40] * 16)
+print(model._encoder._session.get_session_options().intra_op_num_threads)
+"""
+
+
+def test_onnx_runtime_computes_on_the_cores_this_process_may_use_not_the_machines(minilm, tmp_path) -> None:
+    """os.cpu_count() counts the machine's cores; a process limited to fewer (affinity, a container's CPU quota:
+    `pool.usable_cores`) that starts a thread per machine core only has them queue and spin for its own."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import child_env
+
+    env = {**child_env(tmp_path), "CONNECTOR_MODELS_DIR": os.environ["CONNECTOR_MODELS_DIR"]}
+    out = subprocess.run([sys.executable, "-c", _THREADS_IN_ONE_CORE], env=env, cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["1"], "one core, one intra-op thread (the caller's own)"
+    from connector.pool import usable_cores
+
+    assert minilm._encoder._session.get_session_options().intra_op_num_threads == usable_cores()

