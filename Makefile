@@ -36,7 +36,7 @@ constraints:
 	.constraints-venv/bin/python -m pip install --quiet --upgrade pip
 	.constraints-venv/bin/python -m pip install --quiet torch==2.13.0
 	.constraints-venv/bin/python -m pip install -qq -e '.[test]'
-	{ sed -n '/^#/p' constraints.txt; .constraints-venv/bin/python -m pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.txt.new
+	{ sed -n '/^#/p' constraints.txt; .constraints-venv/bin/python -m pip freeze --exclude-editable | grep -v -E '^(torch|triton|nvidia-[a-z0-9-]+)=='; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .constraints-venv
 
 clean:

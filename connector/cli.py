@@ -538,7 +538,7 @@ def status(dsn: DsnOption = None, last: Annotated[int, typer.Option(help="How ma
 @app.command()
 def retry(
     document: Annotated[
-        str | None, typer.Argument(help="Document id or source key (default: every failed one).")
+        str | None, typer.Argument(help="Document id or source key (or --failed: every failed one).")
     ] = None,
     failed: Annotated[bool, typer.Option("--failed", help="Requeue every failed document.")] = False,
     dsn: DsnOption = None,
