@@ -173,6 +173,8 @@ class _WorkerThread(threading.Thread):
         self.name_in_queue = worker_name(str(index))
         self.worker: Worker | None = None
         self.fatal: FatalError | None = None
+        self.backoff = 1.0  # seconds before the next reconnection; doubles per failed one, back to 1 once connected
+        self.suspects: list[int] = []  # rows whose write a lost connection cut short, not yet given back
 
     def run(self) -> None:
         try:
@@ -181,20 +183,19 @@ class _WorkerThread(threading.Thread):
             self.pipeline.close()  # its embedding cache connection
 
     def _loop(self) -> None:
-        backoff = 1.0
         while not self.stop.is_set():
             try:
                 self._serve()
                 if self.once:
                     return
-                backoff = 1.0
+                self.backoff = 1.0
             except FatalError as exc:
                 self.fatal = exc
                 return
             except (psycopg.OperationalError, TransientError) as exc:
-                log.warning("database unavailable (%s); retrying in %.0f s", exc, backoff)
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+                log.warning("database unavailable (%s); retrying in %.0f s", exc, self.backoff)
+                self.stop.wait(self.backoff)
+                self.backoff = min(self.backoff * 2, _MAX_BACKOFF)
             except Exception as exc:  # a read-only database, a missing privilege...: stop the process, loudly
                 log.exception("worker %s stopped", self.name)
                 self.fatal = FatalError(f"worker {self.name} stopped: {type(exc).__name__}: {exc}")
@@ -204,9 +205,16 @@ class _WorkerThread(threading.Thread):
         s = self.settings
         with connect(self.dsn, autocommit=True) as work_conn, connect(self.dsn, autocommit=True) as listen_conn:
             listen_conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            if self.worker is not None:  # kept until given back: this connection may be lost before that too
+                self.suspects += self.worker.lost_while_writing
+                self.worker.lost_while_writing = []
             self.worker = Worker(work_conn, self.pipeline, self.roots, name=self.name_in_queue)
-            if released := self.worker.store.release_mine(self.name_in_queue):
-                log.info("gave back %d document(s) held before the connection was lost", released)
+            error = "the database connection was lost while it was being written"
+            if released := self.worker.store.release_mine(self.name_in_queue, self.suspects, error):
+                alone = f" ({len(self.suspects)} being written then: each tried again alone)" if self.suspects else ""
+                log.info("gave back %d document(s) held before the connection was lost%s", released, alone)
+            self.suspects = []
+            self.backoff = 1.0  # connected: the next outage starts its waits from a second again
             if self.once:
                 self.worker.drain(self.stop, self._record)
                 return

@@ -88,6 +88,7 @@ class Worker:
         self.batch_size = s.batch_size
         self.batch_bytes = int(s.batch_mb * 1_000_000)
         self.held: list[ClaimedRow] = []  # the rows it holds now, claimed and not yet finished (read on shutdown)
+        self.lost_while_writing: list[int] = []  # ids being written when its connection died (see `_store`)
         self._next_beat = 0.0  # when the leases of `held` are next extended
         self._lost: set[tuple[int, int]] = set()  # (id, claim token) of held rows a heartbeat found taken away
         # Stage → ms of each document done, until the metrics endpoint's recorder takes it (`timings_of`).
@@ -216,6 +217,9 @@ class Worker:
             return self._all_failed(ready, exc)
         except Exception as exc:
             if isinstance(exc, psycopg.OperationalError) and self.store.conn.broken:
+                # One of them may be what ended the connection: the reconnecting thread abandons these (each is
+                # then claimed alone) and gives back the rest of what this worker held as it was.
+                self.lost_while_writing = [r.row.id for r in ready]
                 raise TransientError(f"database connection lost while writing {len(ready)} document(s): {exc}") from exc
             if len(ready) == 1:
                 return [self._failed(ready[0].row, exc, ready[0].source.content_hash)]

@@ -154,6 +154,89 @@ def test_the_sidecar_survives_a_database_restart(own_server, start_process) -> N
         assert_consistent(conn)
 
 
+# A server process that dies on one document's data (a crash in an extension, the OOM killer during its COPY):
+# the trigger ends its own connection when that chunk arrives. Real Postgres, real connection loss.
+KILLER = """
+CREATE FUNCTION connector.test_killer() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.text LIKE '%%KILLER%%' THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_killer BEFORE INSERT ON connector.chunks FOR EACH ROW EXECUTE FUNCTION connector.test_killer();
+"""
+
+
+def test_a_document_whose_write_ends_the_connection_fails_alone(migrated_dsn, start_process) -> None:
+    """Before: the lost connection gave back the whole batch with a try counted for each row, claimed together
+    again, so the culprit took 28 innocent rows down with it (all 'gave up after 5 tries')."""
+    dsn = migrated_dsn
+    _insert_rows(dsn, 40)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE connector.documents SET content = content || ' KILLER' WHERE source_key = 'doc-003'")
+        conn.execute(KILLER)
+    env = {**FAST, "CONNECTOR_RETRY_BASE_SECONDS": "0.2"}
+    proc = start_process("run", "--no-watch", "--dsn", dsn, "--embedder", "fake", "--workers", "1", **env)
+    wait_for(lambda: sum(_counts(dsn).values()) == _counts(dsn).get("done", 0) + _counts(dsn).get("failed", 0),
+             timeout=240, what="every row done or failed")  # fmt: skip
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, output_of(proc)
+    assert _counts(dsn) == {"done": 39, "failed": 1}, output_of(proc)[-4000:]
+    with psycopg.connect(dsn) as conn:
+        failed = conn.execute("SELECT source_key, retries, last_error FROM connector.documents "
+                              "WHERE status = 'failed'").fetchone()  # fmt: skip
+        assert failed[0] == "doc-003" and failed[1] == 5 and "gave up after 5 tries" in failed[2], failed
+        conn.execute("DROP TRIGGER test_killer ON connector.chunks")
+        assert_consistent(conn)
+    assert "each tried again alone" in output_of(proc)
+    # Rows written beside it (if a flush caught any with it) were each claimed again alone once, a try, then
+    # written (`retries` is reset once done: the log's "try N of 5" is the record).
+    tries = re.findall(r"processing (\S+) \(try (\d) of 5\)", output_of(proc))
+    assert all(int(n) <= 2 for key, n in tries if key != "doc-003"), tries
+
+
+def test_connections_lost_again_and_again_cost_no_document_a_try(migrated_dsn, start_process) -> None:
+    """Before: every outage counted a try for each row the workers held, so a flapping database or proxy failed
+    innocent rows ('gave up after 5 tries'); and the wait before reconnecting grew across outages to 30 s, however
+    long the sidecar had worked in between."""
+    dsn = migrated_dsn
+    rows = 4000  # enough that six outages land mid-run on a fast machine too
+    _insert_rows(dsn, rows)
+    proc = start_process("run", "--no-watch", "--dsn", dsn, "--embedder", "fake", **FAST)
+    wait_for(lambda: _counts(dsn).get("done", 0) >= 10, timeout=120, what="10 documents done")
+    outages = 0
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        clients = (
+            "SELECT {} FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'"
+        )
+        while outages < 6 and _counts(dsn).get("done", 0) < rows - 64:
+            ended = admin.execute(clients.format("count(pg_terminate_backend(pid))")).fetchone()[0]
+            if ended < 4:  # not every worker connected (the last outage's reconnections): not an outage of them all
+                time.sleep(0.1)
+                continue
+            outages += 1
+            # Both workers back (each its queue and LISTEN connections), then a little work before the next outage.
+            wait_for(lambda: admin.execute(clients.format("count(*)")).fetchone()[0] >= 4, timeout=60,
+                     what="the sidecar reconnected")  # fmt: skip
+            time.sleep(0.5)
+    assert outages >= 5, f"only {outages} outages landed mid-run: too fast a machine for this test to mean anything"
+    wait_for(lambda: _counts(dsn) == {"done": rows}, timeout=300, what=f"all {rows} done", interval=1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, output_of(proc)
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(DISTINCT document_id) FROM connector.chunks").fetchone() == (rows,)
+        assert_consistent(conn)
+    # A try is counted only for the rows being written at an outage (each then claimed alone): `retries` is reset
+    # once a row is done, so the log's "try N of 5" is the record.
+    written_at_outages = sum(int(n) for n in re.findall(r"\((\d+) being written then", output_of(proc)))
+    tried = {key for key in re.findall(r"processing (\S+) \(try [2-5] of 5\)", output_of(proc))}
+    assert len(tried) <= written_at_outages, "a try was counted for rows an outage caught outside a write"
+    waits = re.findall(r"database unavailable .*; retrying in (\d+) s", output_of(proc))
+    # 1 s first at each outage (2 s where the test's next outage caught a worker reconnecting); before, the waits
+    # doubled across outages: 1, 2, 4, 8, 16, 30 s.
+    assert waits and max(map(int, waits)) <= 2, f"each outage waits 1 s first: {waits}"
+
+
 def _pdf(build) -> bytes:
     pdf = pymupdf.open()
     build(pdf)

@@ -181,12 +181,22 @@ WHERE status = 'failed' AND (%(ref)s::text IS NULL OR id::text = %(ref)s OR sour
 RETURNING id, source_key
 """
 
-# A worker reconnecting after a lost connection gives back what it held under its previous connection.
+# A worker reconnecting after a lost connection gives back what it held under its previous connection. No try is
+# counted: a row cannot have caused a loss it was not being written during (the database restarted, a proxy or the
+# network dropped the connection), and counting one per outage failed innocent rows of a flapping database.
 RELEASE_MINE = """
 UPDATE connector.documents
-SET status = 'pending', attempts = attempts + 1, retries = retries + 1, lease_expires_at = NULL, claimed_by = NULL,
-    updated_at = now()
+SET status = 'pending', attempts = attempts + 1, lease_expires_at = NULL, claimed_by = NULL, updated_at = now()
 WHERE claimed_by = %(worker)s AND status = 'processing'
+"""
+
+# ...except the rows whose write was on the wire when the connection died: one of them may be what ended it (a
+# server process that crashes on its data). They are abandoned, as if their worker had died (`ABANDON`):
+# `CLAIM_BATCH` takes each alone and counts the try, so the culprit fails on its own and the others go through.
+ABANDON_MINE = """
+UPDATE connector.documents
+SET lease_expires_at = now() - interval '1 second', last_error = %(error)s, updated_at = now(), claimed_by = NULL
+WHERE id = ANY(%(ids)s) AND claimed_by = %(worker)s AND status = 'processing'
 """
 
 QUEUE_DEPTH = """

@@ -182,9 +182,13 @@ class Store:
         with self.conn.transaction(), self.conn.cursor(row_factory=class_row(DocumentKey)) as cur:
             return cur.execute(queries.RETRY_FAILED, {"ref": ref}).fetchall()
 
-    def release_mine(self, worker: str) -> int:
+    def release_mine(self, worker: str, suspects: Sequence[int] = (), error: str = "") -> int:
+        """Give back the rows `worker` held under a connection that was lost: the `suspects` (ids whose write was
+        under way) abandoned, to be claimed alone with a try counted, the others as they were, no try counted."""
         with self.conn.transaction():
-            return self.conn.execute(queries.RELEASE_MINE, {"worker": worker}).rowcount
+            abandoned = self.conn.execute(queries.ABANDON_MINE, {"ids": list(suspects), "worker": worker,
+                                                                 "error": error[:4000]}).rowcount  # fmt: skip
+            return abandoned + self.conn.execute(queries.RELEASE_MINE, {"worker": worker}).rowcount
 
     def delete_folder_documents(self, key: str) -> list[DocumentKey]:
         """The document of a deleted file (or every document under a deleted folder), chunks included."""
