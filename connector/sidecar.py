@@ -188,7 +188,6 @@ class _WorkerThread(threading.Thread):
                 self._serve()
                 if self.once:
                     return
-                self.backoff = 1.0
             except FatalError as exc:
                 self.fatal = exc
                 return
