@@ -168,6 +168,7 @@ watcher.start()
 while not stop.wait(0.2):
     if watcher._next_rescan > 0:
         Path(sys.argv[3]).touch()  # the initial rescan is done: the burst can begin
+print("check:", watcher.check(), flush=True)  # None: the watcher says it works
 watcher.stop()
 """
 
@@ -208,6 +209,7 @@ def test_an_inotify_overflow_is_repaired_by_a_rescan(settings: Settings, tmp_pat
         log.seek(0)
         output = log.read()
         log.close()
+    assert "check: None" in output, output[-4000:]
     assert "rescanned" in output and "(events were lost (the inotify queue overflowed))" in output, output[-4000:]
 
 
