@@ -281,7 +281,10 @@ def test_with_two_worker_threads_only_the_document_that_kills_its_process_fails(
 
 def test_the_leases_of_documents_in_the_pool_are_renewed_while_the_worker_waits(settings, pool) -> None:
     """A 1-second lease and a document that takes seconds in the pool: the worker renews it (from its own thread,
-    while it waits), so nobody could claim it meanwhile and its result is written, not dropped."""
+    while it waits), so nobody could claim it meanwhile and its result is written, not dropped.
+
+    The pool's processes are stopped (SIGSTOP) for 3 s while the document is in the pool, as a starved or paused
+    process would be, so that it outlives its lease several times on a machine of any speed."""
     dsn = settings.dsn.get_secret_value()
     with connect(dsn, autocommit=True) as conn:
         big = conn.execute("INSERT INTO connector.documents (source_key, content) VALUES ('big', %s) RETURNING id",
@@ -298,18 +301,41 @@ def test_the_leases_of_documents_in_the_pool_are_renewed_while_the_worker_waits(
                     expired.append(bool(row and row[0]))
                     time.sleep(0.1)
 
-        watcher = threading.Thread(target=watch)
-        watcher.start()
+        paused: list[int] = []
+
+        def pause() -> None:
+            with psycopg.connect(dsn, autocommit=True) as other:
+                while not stop.is_set():
+                    row = other.execute("SELECT status FROM connector.documents WHERE id = %s", (big,)).fetchone()
+                    if row == ("processing",) and pool.pids():
+                        break
+                    time.sleep(0.02)
+            if stop.is_set():
+                return
+            paused.extend(pool.pids())
+            try:
+                for pid in paused:
+                    os.kill(pid, signal.SIGSTOP)
+                stop.wait(3)
+            finally:
+                for pid in paused:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
+
+        threads = [threading.Thread(target=watch), threading.Thread(target=pause)]
+        for t in threads:
+            t.start()
         results: list[str] = []
-        started = time.monotonic()
         try:
             Worker(conn, Pipeline(s, FakeEmbedder(), pool=pool), []).drain(
                 threading.Event(), lambda row, result: results.append(result)
             )
         finally:
             stop.set()
-            watcher.join()
-        assert time.monotonic() - started > 2, "the document outlived its lease several times over"
+            for t in threads:
+                t.join()
+        assert paused, "the pool's processes were stopped while the document was in the pool"
+        assert len(expired) > 25, "the watcher looked at the lease for the 3 s the pool was stopped"
         assert results == ["done"] and not any(expired), "its lease never ran out"
         assert conn.execute("SELECT attempts FROM connector.documents WHERE id = %s", (big,)).fetchone() == (1,)
 
