@@ -84,6 +84,36 @@ def test_other_bytes_named_pdf_fail_saying_what_they_look_like(data: bytes, look
     assert looks_like in str(caught.value)
 
 
+INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad\u202e\ufe0f\u3164\U000e0041"  # zero-width, BOM, soft hyphen, ...
+
+
+@pytest.mark.parametrize(
+    ("data", "mime", "says"),
+    [
+        ((INVISIBLE * 50).encode(), "text/plain", "no visible text"),
+        (("\n\u00a0 \u3000\t" + INVISIBLE + "\n").encode(), "text/markdown", "no visible text"),
+        (codecs.BOM_UTF16_LE + (INVISIBLE + "\n").encode("utf-16-le"), "application/octet-stream", "no visible text"),
+        (f"<html><body><p>{INVISIBLE}</p><p>&#8203;&zwj;&shy;</p></body></html>".encode(), "text/html", "no visible"),
+        (f"= {INVISIBLE}\n\n{INVISIBLE}\n".encode(), "text/asciidoc", "="),  # the heading marks show: not empty
+        ("\u00a0\u2003\u3000\n".encode(), "text/plain", "empty"),
+    ],
+    ids=["text", "markdown", "utf-16-unlabelled", "html", "asciidoc-marks", "unicode-spaces"],
+)
+def test_a_text_of_invisible_characters_fails_like_an_empty_one(data: bytes, mime: str, says: str) -> None:
+    """Zero-width spaces, joiners, BOMs and the like show nothing: a document of them alone would be `done` with a
+    chunk that says nothing and embeds as noise."""
+    if says == "=":
+        assert convert(data, mime, SETTINGS).markdown.startswith("= ")
+        return
+    with pytest.raises(ConversionError, match=says):
+        convert(data, mime, SETTINGS)
+
+
+def test_invisible_characters_inside_real_text_are_kept() -> None:
+    text = "Word\u200bjoined and soft\u00adhyphen\u2060here.\n"
+    assert convert(text.encode(), "text/plain", SETTINGS).markdown == text
+
+
 # --- UTF-16, UTF-32 and byte-order marks ----------------------------------------------------------------------------
 
 ENCODED = [

@@ -275,6 +275,7 @@ BAD_FILES = {
     "a11-blank.md": (b"   \n\n\t\n", "empty"),
     "a12-script-only.html": (b"<html><head><script>var a = 1;</script></head><body></body></html>", "no visible text"),
     "a13-bad-bytes.html": (b"<html><body><p>caf\xe9</p></body></html>", "not valid UTF-8"),
+    "a14-zero-width.txt": ("\u200b\u2060\ufeff\u200d\n".encode() * 40, "no visible text"),
 }
 # Refused before they are queued: hidden, temporary, a symlink out of the folder (an unsupported type is queued and
 # fails at conversion, saying what it looks like).

@@ -103,6 +103,8 @@ def _convert(data: bytes, mime_type: str, settings: ChunkingSettings) -> Documen
         document = _from_text(decode(data), _TEXT_DIALECT.get(mime))
     else:
         document = _sniffed(data, labelled, settings)
+    if not sniff.visible(document.markdown):  # each converter says why in its terms; this holds for any format
+        raise ConversionError(sniff.INVISIBLE)
     # Every later stage counts the tokens of spans of this text (blocks here, then every chunk of every strategy):
     # encoded once whole, its lines' counts are known, and each count after encodes only partial lines.
     tokens.prime(document.markdown, settings.encoding)
@@ -123,9 +125,9 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
             source = decode(data)
         except sniff.BinaryData:
             what = "looks like binary data"
+        except sniff.EmptyText:
+            raise  # text after all, and it says why it fails
         except ConversionError as exc:
-            if not data.strip():
-                raise  # "document is empty"
             what = f"not text: {exc}"
         else:
             return _from_html(source, settings) if sniff.looks_like_html(source) else _from_text(source, None)
@@ -139,7 +141,7 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
 
 def _from_html(source: str, settings: ChunkingSettings) -> Document:
     page = html.convert(source)
-    if not page.markdown.strip():
+    if not sniff.visible(page.markdown):
         raise ConversionError("HTML page has no visible text")
     converted = markdown.split_large_tables(page.markdown, settings.table_max_tokens, settings.encoding)
     blocks = markdown.blocks(converted)

@@ -54,7 +54,7 @@ def _join(parts: Iterable[tuple[str, str]]) -> str:
 
 
 def _document(text: str, title: str | None, what: str, page_starts: tuple[int, ...] = ()) -> Document:
-    if not text.strip():
+    if not sniff.visible(text):
         raise ConversionError(f"{what} has no text")
     blocks = markdown.blocks(text, page_starts)
     title = " ".join((title or "").split()) or markdown.first_title(text, blocks)

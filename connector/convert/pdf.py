@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 
-from connector.convert import markdown, ocr, pdf_layout, pdf_tables, slides
+from connector.convert import markdown, ocr, pdf_layout, pdf_tables, slides, sniff
 from connector.errors import ConversionError
 from connector.models import Document
 from connector.pool import usable_cores
@@ -112,7 +112,7 @@ def convert(data: bytes, settings: ChunkingSettings) -> Document:
         parts.append(piece)
         offset += len(piece)
     text = "".join(parts)
-    if not text.strip():
+    if not sniff.visible(text):
         raise ConversionError(f"PDF has no extractable text ({count} pages{ocr.why_not(scanned, settings)})")
     starts = tuple(page_starts)
     blocks = markdown.blocks(text, starts)
