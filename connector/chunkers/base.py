@@ -7,6 +7,7 @@ from typing import Protocol
 
 from connector import tokens
 from connector.models import Chunk, Document
+from connector.visible import blank
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +31,11 @@ class Chunker(Protocol):
 
 
 def trim(text: str, start: int, end: int) -> tuple[int, int]:
-    """Shrink [start, end) so that it neither starts nor ends with whitespace."""
-    while start < end and text[start].isspace():
+    """Shrink [start, end) so that it neither starts nor ends with whitespace or an invisible character (a zero-width
+    space, a BOM: `connector.visible`), which a reader would not see and an embedder would only take as noise."""
+    while start < end and blank(text[start]):
         start += 1
-    while end > start and text[end - 1].isspace():
+    while end > start and blank(text[end - 1]):
         end -= 1
     return start, end
 

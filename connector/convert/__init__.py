@@ -22,6 +22,7 @@ from connector.convert.sniff import decode
 from connector.errors import ConversionError, UnsupportedDocument
 from connector.models import Document
 from connector.settings import ChunkingSettings
+from connector.visible import visible
 
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
@@ -103,8 +104,8 @@ def _convert(data: bytes, mime_type: str, settings: ChunkingSettings) -> Documen
         document = _from_text(decode(data), _TEXT_DIALECT.get(mime))
     else:
         document = _sniffed(data, labelled, settings)
-    if not sniff.visible(document.markdown):  # each converter says why in its terms; this holds for any format
-        raise ConversionError(sniff.INVISIBLE)
+    if not visible(document.markdown):  # each converter says why in its terms; this holds for any format
+        raise ConversionError(sniff.NOTHING_VISIBLE)
     # Every later stage counts the tokens of spans of this text (blocks here, then every chunk of every strategy):
     # encoded once whole, its lines' counts are known, and each count after encodes only partial lines.
     tokens.prime(document.markdown, settings.encoding)
@@ -141,7 +142,7 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
 
 def _from_html(source: str, settings: ChunkingSettings) -> Document:
     page = html.convert(source)
-    if not sniff.visible(page.markdown):
+    if not visible(page.markdown):
         raise ConversionError("HTML page has no visible text")
     converted = markdown.split_large_tables(page.markdown, settings.table_max_tokens, settings.encoding)
     blocks = markdown.blocks(converted)

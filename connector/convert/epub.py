@@ -6,10 +6,11 @@ from __future__ import annotations
 import io
 import warnings
 
-from connector.convert import html, markdown, sniff
+from connector.convert import html, markdown
 from connector.convert.office import _guarded
 from connector.errors import ConversionError
 from connector.models import Document
+from connector.visible import visible
 
 
 @_guarded("EPUB")
@@ -31,7 +32,7 @@ def convert(data: bytes) -> Document:
         if page.markdown.strip():
             parts.append(page.markdown.strip())
     text = "\n\n".join(parts) + "\n" if parts else ""
-    if not sniff.visible(text):
+    if not visible(text):
         raise ConversionError("EPUB has no text")
     titles = book.get_metadata("DC", "title")
     title = " ".join(str(titles[0][0]).split()) if titles and titles[0][0] else None

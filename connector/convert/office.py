@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from connector.convert import markdown, sniff
 from connector.errors import ConversionError, DocumentError
 from connector.models import Document
+from connector.visible import visible
 
 _HEADING_STYLE = re.compile(r"^heading\s*([1-9])$", re.IGNORECASE)
 _MARKDOWN_START = re.compile(r"^(?=[#>|]|[-=]{3,}\s*$|[-*+]\s|\d{1,9}[.)]\s)", re.MULTILINE)
@@ -54,7 +55,7 @@ def _join(parts: Iterable[tuple[str, str]]) -> str:
 
 
 def _document(text: str, title: str | None, what: str, page_starts: tuple[int, ...] = ()) -> Document:
-    if not sniff.visible(text):
+    if not visible(text):
         raise ConversionError(f"{what} has no text")
     blocks = markdown.blocks(text, page_starts)
     title = " ".join((title or "").split()) or markdown.first_title(text, blocks)

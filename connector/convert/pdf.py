@@ -21,11 +21,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 
-from connector.convert import markdown, ocr, pdf_layout, pdf_tables, slides, sniff
+from connector.convert import markdown, ocr, pdf_layout, pdf_tables, slides
 from connector.errors import ConversionError
 from connector.models import Document
 from connector.pool import usable_cores
 from connector.settings import ChunkingSettings
+from connector.visible import visible
 
 EDGE_LINES = 3  # paragraphs at the top and at the bottom of a page where running headers and footers live
 MIN_REPEATS = 3  # the same text at a page edge on this many pages (and REPEAT_SHARE of them) is furniture
@@ -112,7 +113,7 @@ def convert(data: bytes, settings: ChunkingSettings) -> Document:
         parts.append(piece)
         offset += len(piece)
     text = "".join(parts)
-    if not sniff.visible(text):
+    if not visible(text):
         raise ConversionError(f"PDF has no extractable text ({count} pages{ocr.why_not(scanned, settings)})")
     starts = tuple(page_starts)
     blocks = markdown.blocks(text, starts)

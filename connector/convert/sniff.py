@@ -13,6 +13,7 @@ import re
 import unicodedata
 
 from connector.errors import ConversionError
+from connector.visible import visible
 
 PDF_HEADER_WINDOW = 1024
 """`%PDF-` may start anywhere in the first 1024 bytes: what PDF readers accept (ISO 32000 implementation notes)."""
@@ -56,6 +57,9 @@ class BinaryData(ConversionError):
 
     def __init__(self, message: str = "file contains NUL bytes: binary data, not text") -> None:
         super().__init__(message)
+
+
+NOTHING_VISIBLE = "document has no visible text (only spaces, controls and format characters such as zero-width spaces)"
 
 
 class EmptyText(ConversionError):
@@ -159,26 +163,8 @@ def decode(data: bytes) -> str:
     if not source.strip():
         raise EmptyText("document is empty")
     if not visible(source):
-        raise EmptyText(INVISIBLE)
+        raise EmptyText(NOTHING_VISIBLE)
     return source
-
-
-INVISIBLE = "document has no visible text (only spaces, controls and format characters such as zero-width spaces)"
-
-# What renders as nothing: whitespace, controls, the format characters (Unicode's Cf: soft hyphen, zero-width space
-# and joiners, bidirectional marks, word joiner and invisible operators, BOM, tags), the combining grapheme joiner,
-# variation selectors and Hangul fillers.
-_VISIBLE = re.compile(
-    "[^\\s\x00-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u180b-\u180f\u200b-\u200f\u202a-\u202e"
-    "\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U0001bca0-\U0001bca3"
-    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f\U000e0100-\U000e01ef]"
-)
-
-
-def visible(text: str) -> bool:
-    """Whether `text` shows anything: a text of spaces and invisible characters chunks into chunks that say nothing
-    and embed as noise, so it fails like an empty one."""
-    return _VISIBLE.search(text) is not None
 
 
 def _codec(data: bytes) -> tuple[str, int]:
