@@ -260,6 +260,55 @@ def test_the_keda_scalers_query_counts_what_status_calls_ready(settings: Setting
         assert value == depth["ready"] == 4
 
 
+def _strict(schema: dict) -> dict:
+    """A CRD's schema as the API server applies it with strict field validation (kubectl's default since 1.27):
+    a field the schema does not name is an error, except where it keeps unknown fields."""
+    if isinstance(schema, dict):
+        schema = {k: _strict(v) for k, v in schema.items()}
+        keeps_unknown = "additionalProperties" in schema or schema.get("x-kubernetes-preserve-unknown-fields")
+        if "properties" in schema and not keeps_unknown:
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        schema = [_strict(v) for v in schema]
+    return schema
+
+
+def test_the_kubernetes_manifests_are_valid_for_the_api_server_and_keda() -> None:
+    """The Deployment and the Secret against Kubernetes' own schemas (kubernetes-validate, strict: no unknown
+    field); KEDA's objects against the CRDs KEDA installs (tests/fixtures/keda, v2.20.2)."""
+    import jsonschema
+    import kubernetes_validate
+
+    crds = {}
+    for path in sorted((FIXTURES / "keda").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        for version in crd["spec"]["versions"]:
+            crds[(f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])] = version["schema"]
+    checked = []
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert all((K8S / name).is_file() for name in kustomization["resources"])
+    for path in sorted(set(K8S.glob("*.yaml")) - {K8S / "kustomization.yaml"}):
+        for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):
+            key = (doc["apiVersion"], doc["kind"])
+            if key in crds:
+                jsonschema.validate(doc, _strict(crds[key]["openAPIV3Schema"]))
+            else:
+                kubernetes_validate.validate(doc, "1.33", strict=True)
+            checked.append(doc["kind"])
+    assert sorted(checked) == ["Deployment", "ScaledObject", "Secret", "TriggerAuthentication"]
+    # The checks can fail: a misspelt field is refused by each.
+    so = next(
+        d for p in K8S.glob("keda*.yaml") for d in yaml.safe_load_all(p.read_text()) if d["kind"] == "ScaledObject"
+    )
+    so["spec"]["minReplicas"] = so["spec"].pop("minReplicaCount")
+    with pytest.raises(jsonschema.ValidationError, match="minReplicas"):
+        jsonschema.validate(so, _strict(crds[("keda.sh/v1alpha1", "ScaledObject")]["openAPIV3Schema"]))
+    deployment = yaml.safe_load((K8S / "deployment.yaml").read_text())
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessprobe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, "1.33", strict=True)
+
+
 def test_the_kubernetes_manifests_use_settings_and_commands_that_exist() -> None:
     from typer.main import get_command
 
