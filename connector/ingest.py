@@ -89,4 +89,5 @@ def ingest(
         report.counts[outcome] += 1
         if outcome in ("failed", "retry"):  # retry: a transient error; queued again for a sidecar to retry
             report.failures.extend((e.source_key, e.last_error or "") for e in store.errors([row.id]))
+    worker.index_if_due()  # the table may have grown past the HNSW index's threshold since the last check
     return report

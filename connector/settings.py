@@ -190,6 +190,10 @@ class SearchSettings(BaseSettings):
         "english", description="Text search configuration of the full-text index (read when migrating; `simple` "
         "for text that is not English)."
     )  # fmt: skip
+    vector_index_min_chunks: int = Field(
+        100_000, ge=0, description="Build the chunks' HNSW index once the table has this many chunks (below, searches "
+        "scan exactly, and fast enough; every insert would pay for the index); 0: at once."
+    )  # fmt: skip
 
 
 class EmbedSettings(BaseSettings):

@@ -33,6 +33,7 @@ from typing import Literal
 
 import psycopg
 
+from connector import secrets
 from connector.db.store import ClaimedRow, Store
 from connector.errors import DocumentError, FatalError, TransientError
 from connector.models import Outcome, SourceDocument
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 Result = Literal["done", "unchanged", "failed", "superseded", "retry"]
 MAX_BACKOFF_S = 300.0
 FLUSH_SECONDS = 1.0
+INDEX_CHECK_SECONDS = 60.0  # how often a worker asks for the chunks' HNSW index until it exists (migration 0015)
 # Finished documents are written once this long has passed since the first of them started (short rows: a whole
 # batch at a time), and before a document that is not short starts (a file, a row over `ClaimedRow.short`).
 
@@ -87,6 +89,9 @@ class Worker:
         self.max_bytes = s.max_document_bytes
         self.batch_size = s.batch_size
         self.batch_bytes = int(s.batch_mb * 1_000_000)
+        self.index_min_chunks = s.search.vector_index_min_chunks
+        self._indexed = False  # the chunks' HNSW index exists (see `index_if_due`)
+        self._next_index_check = 0.0
         self.held: list[ClaimedRow] = []  # the rows it holds now, claimed and not yet finished (read on shutdown)
         self.lost_while_writing: list[int] = []  # ids being written when its connection died (see `_store`)
         self._next_beat = 0.0  # when the leases of `held` are next extended
@@ -100,9 +105,30 @@ class Worker:
         self._next_beat = time.monotonic() + self.lease_seconds / 3
         try:
             prepared = self.prepare(row)
-            return self._write([prepared])[0] if isinstance(prepared, Ready) else prepared
+            result = self._write([prepared])[0] if isinstance(prepared, Ready) else prepared
         finally:
             self.held = []
+        self.index_if_due()
+        return result
+
+    def index_if_due(self) -> None:
+        """Have the chunks' HNSW index built once the table has `vector_index_min_chunks` chunks (migration 0015),
+        asking about once a minute until it exists. Called between documents or batches, holding nothing; the
+        build makes this worker, and every writer, wait for it. A failure is logged and asked again later."""
+        if self._indexed or time.monotonic() < self._next_index_check:
+            return
+        self._next_index_check = time.monotonic() + INDEX_CHECK_SECONDS
+        try:
+            with self._heartbeat():
+                self._indexed = self.store.build_vector_index(self.index_min_chunks)
+        except psycopg.Error as exc:
+            if self.store.conn.broken:
+                raise  # the caller reconnects
+            log.warning("could not build the chunks' HNSW index (asking again in %.0f s): %s", INDEX_CHECK_SECONDS,
+                        secrets.one_line(str(exc)))  # fmt: skip
+            return
+        if self._indexed:
+            log.info("the chunks' HNSW index is in place: vector searches use it")
 
     def prepare(self, row: ClaimedRow) -> Result | Ready:
         """Run the pipeline on a claimed row: the outcome to write, or what became of the row (failed, retry,
@@ -345,6 +371,7 @@ class Worker:
         what it finished and hands the rest back at once."""
         n = 0
         while not stop.is_set():
+            self.index_if_due()
             rows = self.store.claim_batch(self.lease_seconds, self.name, self.roots, self.batch_size, self.batch_bytes)
             if not rows:
                 break

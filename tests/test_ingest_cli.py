@@ -18,11 +18,11 @@ from tests.conftest import FIXTURES, child_env, connector_cmd, output_of, wait_f
 from tests.dbchecks import assert_consistent, documents
 
 
-def ingest(tmp_path: Path, dsn: str, *paths: Path, embedder: str = "fake") -> subprocess.CompletedProcess:
+def ingest(tmp_path: Path, dsn: str, *paths: Path, embedder: str = "fake", **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         connector_cmd("ingest", *map(str, paths), "--dsn", dsn, "--embedder", embedder),
         cwd=tmp_path,
-        env=child_env(tmp_path),
+        env=child_env(tmp_path) | env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -132,21 +132,34 @@ def test_corrupt_pdf_fails_and_the_next_document_succeeds(tmp_path: Path, dsn: s
         ).fetchone() == (0,)
 
 
-def test_nearest_chunks_query_is_served_by_the_hnsw_index(tmp_path: Path, dsn: str, corpus: Path) -> None:
-    assert ingest(tmp_path, dsn, corpus).returncode == 0
+def test_nearest_chunks_are_found_exactly_then_by_the_hnsw_index_once_the_table_is_large(
+    tmp_path: Path, dsn: str, corpus: Path
+) -> None:
+    """Below CONNECTOR_SEARCH_VECTOR_INDEX_MIN_CHUNKS (migration 0015) the nearest chunks come from an exact scan;
+    the next run that finds the table that large builds the HNSW index, and the same query then uses it."""
     query = load("fake").embed(["ONBUILD instruction adds a trigger instruction to the image"]).vectors[0]
+
+    def nearest() -> tuple[str, list[str]]:
+        with psycopg.connect(dsn) as conn:
+            register_vector(conn)
+            conn.execute("SET enable_seqscan = off")  # the index, whenever there is one
+            sql = "SELECT text FROM connector.chunks ORDER BY embedding <=> %s LIMIT 3"
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, (query,)).fetchall())
+            return plan, [t for (t,) in conn.execute(sql, (query,)).fetchall()]
+
+    assert ingest(tmp_path, dsn, corpus).returncode == 0
     with psycopg.connect(dsn) as conn:
-        register_vector(conn)
-        conn.execute("SET enable_seqscan = off")
-        plan = "\n".join(
-            r[0]
-            for r in conn.execute(
-                "EXPLAIN SELECT id FROM connector.chunks ORDER BY embedding <=> %s LIMIT 5", (query,)
-            ).fetchall()
-        )
-        assert "chunks_embedding_hnsw" in plan
-        top = conn.execute("SELECT text FROM connector.chunks ORDER BY embedding <=> %s LIMIT 3", (query,)).fetchall()
-        assert any("ONBUILD" in t for (t,) in top)
+        (chunks,) = conn.execute("SELECT count(*) FROM connector.chunks").fetchone()
+    plan, exact = nearest()
+    assert "chunks_embedding_hnsw" not in plan and any("ONBUILD" in t for t in exact)
+    # Another run with a threshold the table has passed (no document changed): it builds the index.
+    below = ingest(tmp_path, dsn, corpus, CONNECTOR_SEARCH_VECTOR_INDEX_MIN_CHUNKS=str(chunks + 1))
+    assert below.returncode == 0 and "chunks_embedding_hnsw" not in nearest()[0], "one chunk short: no index"
+    built = ingest(tmp_path, dsn, corpus, CONNECTOR_SEARCH_VECTOR_INDEX_MIN_CHUNKS=str(chunks))
+    assert built.returncode == 0, built.stderr
+    plan, found = nearest()
+    assert "chunks_embedding_hnsw" in plan
+    assert found == exact, "on a table this small the graph finds the exact nearest"
 
 
 def test_ingest_with_the_real_minilm_model(tmp_path: Path, dsn: str) -> None:

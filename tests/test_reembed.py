@@ -122,6 +122,18 @@ def column_dims(conn) -> dict[str, int]:
     return dict(rows)
 
 
+def chunk_indexes(conn) -> dict[str, str]:
+    """The HNSW indexes on connector.chunks: name → the column they index."""
+    return dict(
+        conn.execute(
+            "SELECT c.relname, a.attname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_am am ON am.oid = c.relam "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
+            "WHERE i.indrelid = 'connector.chunks'::regclass AND am.amname = 'hnsw'"
+        ).fetchall()
+    )
+
+
 def test_reembed_to_another_dimension_serves_searches_throughout_then_switches_back_and_drops(
     settings: Settings, fake_corpus: str
 ) -> None:
@@ -168,6 +180,8 @@ def test_reembed_to_another_dimension_serves_searches_throughout_then_switches_b
                 dims = column_dims(conn)
                 assert dims["connector.chunks.embedding"] == 48 and dims["connector.chunks.standby_embedding"] == 384
                 assert dims["connector.chunk_windows.embedding"] == 48
+                # the standby vectors' index, built for the switch, now serves the active ones
+                assert chunk_indexes(conn) == {"chunks_embedding_hnsw": "embedding"}
                 # a sidecar still running with the old model writes nothing after the switch
                 conn.execute("INSERT INTO connector.documents (source_key, content) VALUES ('late', 'written late')")
                 with pytest.raises(EmbeddingModelMismatch, match="reembed"):
@@ -193,6 +207,9 @@ def test_reembed_to_another_dimension_serves_searches_throughout_then_switches_b
             assert (back_old.name, back_new.name) == ("stub-embed", "fake-bow-384")
             with connect(dsn, autocommit=True) as conn:
                 assert column_dims(conn)["connector.chunks.embedding"] == 384
+                assert all(chunk_indexes(conn)[name] == column for name, column in (
+                    ("chunks_embedding_hnsw", "embedding"), ("chunks_standby_embedding_hnsw", "standby_embedding"),
+                ) if name in chunk_indexes(conn)), "each index's name says whose vectors it holds"  # fmt: skip
                 assert conn.execute("SELECT count(*) FROM connector.chunks WHERE embedding IS NULL").fetchone() == (0,)
             back = len(seen)
             wait_for(lambda: len(seen) > back + 3, what="searches after switching back")

@@ -142,8 +142,9 @@ def test_search_uses_the_hnsw_index_on_a_realistic_table(settings: Settings) -> 
             "RETURNING id"
         ).fetchone()[0]
         # Loaded without the HNSW indexes, which are built afterwards, as one would load a table this size: one
-        # build is several times faster than 60,000 graph insertions.
-        conn.execute("DROP INDEX connector.chunks_embedding_hnsw, connector.chunk_windows_embedding_hnsw")
+        # build is several times faster than 60,000 graph insertions. (The chunks' waits for a large table anyway.)
+        conn.execute("DROP INDEX connector.chunk_windows_embedding_hnsw")
+        assert conn.execute("SELECT to_regclass('connector.chunks_embedding_hnsw')").fetchone() == (None,)
         with conn.cursor().copy(
             "COPY connector.chunks (id, document_id, ordinal, text, token_count, start_char, end_char, embedding, "
             "strategy) FROM STDIN (FORMAT BINARY)"
@@ -164,7 +165,9 @@ def test_search_uses_the_hnsw_index_on_a_realistic_table(settings: Settings) -> 
             "CREATE INDEX chunk_windows_embedding_hnsw ON connector.chunk_windows "
             "USING hnsw (embedding vector_cosine_ops)"
         )
-        conn.execute("CREATE INDEX chunks_embedding_hnsw ON connector.chunks USING hnsw (embedding vector_cosine_ops)")
+        # What a worker does once the table has CONNECTOR_SEARCH_VECTOR_INDEX_MIN_CHUNKS chunks (migration 0015).
+        assert conn.execute("SELECT connector.build_vector_index(20001)").fetchone() == (False,)
+        assert conn.execute("SELECT connector.build_vector_index(20000)").fetchone() == (True,)
         for table in ("chunks", "chunk_windows", "documents"):
             conn.execute(f"ANALYZE connector.{table}")
         query = rng.standard_normal(384).astype(np.float32)

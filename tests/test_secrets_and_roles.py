@@ -288,3 +288,16 @@ def test_a_runtime_role_runs_the_sidecar_and_an_owner_migrates(tmp_path: Path, r
         assert (status, error) == ("done", None) and chunks > 0, (status, error, proc.stderr)
     proc = _run(tmp_path, "status", CONNECTOR_DSN=app)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    # The runtime role may not create an index on the owner's table, yet the chunks' HNSW index is built once the
+    # table is large enough (migration 0015's SECURITY DEFINER function), here at 1 chunk; owned by the owner.
+    index = "SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = to_regclass('connector.chunks_embedding_hnsw')"
+    with psycopg.connect(app, autocommit=True) as conn:
+        assert conn.execute(index).fetchone() is None
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("CREATE INDEX ON connector.chunks (strategy)")
+    proc = _run(tmp_path, "run", "--once", "--no-watch", "--no-migrate", *fake, CONNECTOR_DSN=app,
+                CONNECTOR_SEARCH_VECTOR_INDEX_MIN_CHUNKS="1")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with psycopg.connect(app, autocommit=True) as conn:
+        assert conn.execute(index).fetchone() == ("connector_owner",), proc.stderr

@@ -394,6 +394,13 @@ def finish_switch(conn: psycopg.Connection, active_row: ModelRow, standby_row: M
     if left:
         raise TransientError(f"{left} chunks still lack standby vectors: run the switch again")
     for kind, a, b in _SWAPS:
+        has_a, has_b = (_exists(conn, a), _exists(conn, b)) if kind == "INDEX" else (True, True)
+        if not (has_a and has_b):
+            # The chunks' active index waits for a large table (migration 0015), so one side may have none: an index
+            # follows its column, and its name follows it too.
+            if has_a or has_b:
+                _rename(conn, kind, *((a, b) if has_a else (b, a)))
+            continue
         _rename(conn, kind, a, f"{a}_swap")
         _rename(conn, kind, b, a)
         _rename(conn, kind, f"{a}_swap", b)
@@ -403,6 +410,11 @@ def finish_switch(conn: psycopg.Connection, active_row: ModelRow, standby_row: M
     conn.execute(INSERT_MODEL, _model_params("active", standby_row.spec, "ready"))
     conn.execute(INSERT_MODEL, _model_params("standby", active_row.spec, "ready"))
     conn.execute("UPDATE connector.embedding_models SET switched_at = now()")
+
+
+def _exists(conn: psycopg.Connection, name: str) -> bool:
+    qualified = sql.SQL("{}.{}").format(sql.Identifier("connector"), sql.Identifier(name)).as_string(conn)
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (qualified,)).fetchone()[0]
 
 
 def _rename(conn: psycopg.Connection, kind: str, old: str, new: str) -> None:

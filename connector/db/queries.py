@@ -153,6 +153,9 @@ FROM connector.chunks c CROSS JOIN LATERAL unnest(c.search_tsv) t
 WHERE c.document_id = ANY(%s)
 """
 
+# Migration 0015: the chunks' HNSW index, once the table has this many chunks (true once it exists).
+BUILD_VECTOR_INDEX = "SELECT connector.build_vector_index(%s)"
+
 # While a worker processes a document it extends its lease; a crashed worker stops doing so.
 HEARTBEAT = """
 UPDATE connector.documents SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %(lease)s)

@@ -246,6 +246,12 @@ class Store:
         with self.conn.transaction():
             return {found for (found,) in self.conn.execute(queries.HEARTBEAT_MANY, params)}
 
+    def build_vector_index(self, min_chunks: int) -> bool:
+        """Build the chunks' HNSW index if the table has `min_chunks` chunks and nobody else is building it (see
+        migration 0015); True once it exists. Writes to the chunks wait while it builds."""
+        with self.conn.transaction():
+            return bool(self.conn.execute(queries.BUILD_VECTOR_INDEX, (min_chunks,)).fetchone()[0])
+
     def write(self, row: ClaimedRow, source: SourceDocument, outcome: Outcome) -> bool:
         """Replace the document's chunks and candidates and mark it done, all in one transaction: a reader sees the
         old chunks or the new ones, never a mix and never none. False (nothing written) when the row was deleted
