@@ -12,6 +12,7 @@ from __future__ import annotations
 from connector.embedders import Embedder
 from connector.embedders.base import Embeddings
 from connector.models import Candidate, Chunk, Document, EmbeddedChunk, EmbeddedWindow
+from connector.visible import visible
 
 HEADING_SEPARATOR = " › "
 
@@ -54,6 +55,7 @@ def attach(document: Document, winner: Candidate, result: Embeddings, prefixes: 
 
 def heading_prefix(template: str, title: str | None, section_path: tuple[str, ...]) -> str:
     """The template's part before `{text}`, filled in; empty when there is nothing to say (no title, no section)."""
+    section_path = _shown(section_path)
     if not (title or section_path):
         return ""
     return _fill(template.split("{text}", 1)[0], title, section_path)
@@ -61,9 +63,14 @@ def heading_prefix(template: str, title: str | None, section_path: tuple[str, ..
 
 def suffix(template: str, title: str | None, section_path: tuple[str, ...]) -> str:
     """The template's part after `{text}`, filled in likewise."""
+    section_path = _shown(section_path)
     if not (title or section_path):
         return ""
     return _fill(template.split("{text}", 1)[1], title, section_path)
+
+
+def _shown(section_path: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(p for p in section_path if visible(p))  # a heading of zero-width spaces says nothing
 
 
 def _fill(part: str, title: str | None, section_path: tuple[str, ...]) -> str:

@@ -74,6 +74,10 @@ def _rebalance(text: str, left: Chunk, right: Chunk, settings: ChunkingSettings)
     """The two chunks' text re-split into two of similar size, if both then lie in [min_tokens, max_tokens]."""
     total = left.token_count + right.token_count
     limit = min(settings.max_tokens, total // 2 + total // 10)
+    if limit < settings.min_tokens:
+        # Every half would be under min_tokens and refused: not worth splitting what lies between them, which can
+        # be long (a run of zero-width spaces between two words trims to two one-token chunks and a huge gap).
+        return None
     halves = split_span(text, left.start, right.end, limit, settings.encoding, overlap_tokens=0)
     if len(halves) == 2 and all(settings.min_tokens <= c.token_count <= settings.max_tokens for c in halves):
         return halves

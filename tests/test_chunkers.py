@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from connector import candidates, guards, tokens
 from connector.chunkers import build
+from connector.chunkers.base import make_chunk
 from connector.chunkers.page import PageChunker
 from connector.chunkers.recursive import RecursiveChunker, split_span
 from connector.convert import convert, mime_for_path
@@ -303,3 +304,82 @@ def test_abbreviations_are_looked_for_at_the_sentences_end_only_with_the_same_cu
         return [*spans, (a, b)] if b > a else spans
 
     assert s._spans(text, 0, None) == reference(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.text(alphabet=" \t\n\r\x0b\u3000\u2028ab1(.)-•x", max_size=80),
+    st.data(),
+)
+def test_the_after_newline_separators_cut_where_their_regexes_match(text: str, data) -> None:
+    """`recursive.AfterNewline` finds a list marker after a newline in linear time; it must cut exactly where the
+    regex it replaces matches, for any slice of any text (the regex's lookbehind sees before the slice)."""
+    from connector.chunkers.recursive import SEPARATORS, AfterNewline
+
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    for finder, _ in SEPARATORS:
+        if isinstance(finder, AfterNewline):
+            assert finder.starts(text, start, end) == [m.start() for m in finder.pattern.finditer(text, start, end)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["\n1.\n2. x\n\n  3) y\n- z\n\t\n• w", "a\n\n \n(iv). b\n-\n- c", "x\n1. \n2.\n\n\n3. d\n\n\n", "\n\n\n"],
+)
+def test_the_after_newline_separators_cut_where_their_regexes_match_in_every_slice(text: str) -> None:
+    """Lists whose markers follow one another (a match's trailing blanks end on the next line), every slice."""
+    from connector.chunkers.recursive import SEPARATORS, AfterNewline
+
+    for finder, _ in SEPARATORS:
+        if isinstance(finder, AfterNewline):
+            for start in range(len(text) + 1):
+                for end in range(start, len(text) + 1):
+                    found = [m.start() for m in finder.pattern.finditer(text, start, end)]
+                    assert finder.starts(text, start, end) == found, (start, end)
+
+
+def test_a_long_run_of_blank_lines_is_split_in_linear_time() -> None:
+    """20 KB of tab-and-newline lines (85 s with the regexes' quadratic scan) against 40 KB: the cost may double,
+    not quadruple. Measured as regex steps, not time: the number of characters the finder looks at."""
+    from connector.chunkers.recursive import SEPARATORS, AfterNewline
+
+    finder = next(f for f, _ in SEPARATORS if isinstance(f, AfterNewline))
+    for n in (10_000, 20_000):
+        text = "Start.\n" + "\t\n" * n + "End."
+        assert finder.starts(text, 0, len(text)) == []
+    looked = []
+    blank = AfterNewline._BLANK
+
+    class Counting:
+        def match(self, text, pos, end):
+            m = blank.match(text, pos, end)
+            looked.append(m.end() - pos)
+            return m
+
+    finder_type = type(finder)
+    original = finder_type._BLANK
+    try:
+        finder_type._BLANK = Counting()
+        for n in (10_000, 20_000):
+            looked.clear()
+            text = "Start.\n" + "\t\n" * n + "End."
+            finder.starts(text, 0, len(text))
+            assert sum(looked) <= len(text), "each blank character is looked at once"
+    finally:
+        finder_type._BLANK = original
+
+
+def test_two_tiny_chunks_across_a_long_invisible_run_are_not_rebalanced(monkeypatch) -> None:
+    """'x', 16,000 zero-width spaces, 'y': the chunks trim to 'x' and 'y', and the tiny guard's rebalance would
+    split the whole run to find two halves of at least min_tokens, which two one-token chunks cannot give (83 s
+    before). It gives up without splitting."""
+    text = "x" + "\u200b" * 16_000 + "y"
+    tokens.prime(text, CHUNKING.encoding)
+    chunks = [make_chunk(text, 0, 1, CHUNKING.encoding), make_chunk(text, len(text) - 1, len(text), CHUNKING.encoding)]
+
+    def no_split(*args, **kwargs):
+        raise AssertionError("split_span was called")
+
+    monkeypatch.setattr(guards, "split_span", no_split)
+    assert [c.text for c in guards.merge_tiny(text, chunks, CHUNKING)] == ["x", "y"]

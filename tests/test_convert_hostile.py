@@ -109,6 +109,44 @@ def test_a_text_of_invisible_characters_fails_like_an_empty_one(data: bytes, mim
         convert(data, mime, SETTINGS)
 
 
+@pytest.mark.parametrize(
+    ("page", "kept"),
+    [
+        ("<html><body><main>&#8203;</main><div>Real visible text.</div></body></html>", "Real visible text."),
+        ("<html><body><article>&zwnj;</article><p>Chapter two text.</p></body></html>", "Chapter two text."),
+        ("<html><body><div role=main>&shy;</div><p>Shown.</p></body></html>", "Shown."),
+        ("<html><body><nav>Home About Contact</nav><p>&#8203;</p></body></html>", "Home About Contact"),
+    ],
+    ids=["main", "article", "role-main", "only-navigation"],
+)
+def test_a_main_part_of_invisible_characters_is_no_main_part(page: str, kept: str) -> None:
+    """A `<main>` holding only a zero-width space would be the page's content, the rest dropped as chrome, and the
+    page would fail as empty: it is skipped as an empty one is."""
+    assert kept in convert(page.encode(), "text/html", SETTINGS).markdown
+
+
+@pytest.mark.parametrize(
+    ("data", "mime"),
+    [
+        ("# \u200b\n\nBody text here.\n", "text/markdown"),
+        ("<html><head><title>&#8203;</title></head><body><h1>&zwj;</h1><p>Body text.</p></body></html>", "text/html"),
+        ("= \u2060\n\nBody text.\n", "text/asciidoc"),
+    ],
+    ids=["markdown", "html", "asciidoc"],
+)
+def test_a_title_of_invisible_characters_is_no_title(data: str, mime: str) -> None:
+    """Else it would win over the file's name as the document's title, and lead every chunk's embedded text."""
+    assert convert(data.encode(), mime, SETTINGS).title is None
+
+
+def test_headings_of_invisible_characters_are_left_out_of_the_embedded_heading() -> None:
+    from connector.embed import heading_prefix
+
+    template = "{heading}\n\n{text}"
+    assert heading_prefix(template, None, ("\u200b",)) == ""
+    assert heading_prefix(template, "Guide", ("\u200b", "Install")) == "Guide › Install\n\n"
+
+
 def test_invisible_characters_inside_real_text_are_kept() -> None:
     text = "Word\u200bjoined and soft\u00adhyphen\u2060here.\n"
     assert convert(text.encode(), "text/plain", SETTINGS).markdown == text

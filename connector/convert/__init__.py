@@ -114,7 +114,7 @@ def _convert(data: bytes, mime_type: str, settings: ChunkingSettings) -> Documen
         document.blocks,
         document.page_starts,
         structure.units(document.markdown, document.blocks, settings.encoding),
-        document.title,
+        document.title if document.title and visible(document.title) else None,  # `# \u200b` names nothing
     )
 
 

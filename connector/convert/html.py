@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from bs4 import BeautifulSoup, NavigableString, Tag
 from markdownify import MarkdownConverter
 
+from connector.visible import visible
+
 _BLANK_RUNS = re.compile(r"\n{3,}")
 
 MAX_DEPTH = 100
@@ -56,7 +58,7 @@ def convert(html: str) -> Page:
     """The page's main content as Markdown, and its title (`<title>`, else its first `<h1>`). A page that is
     nothing but what looks like chrome is converted whole rather than emptied."""
     page = _convert(html, drop_chrome=True)
-    return page if page.markdown.strip() else _convert(html, drop_chrome=False)
+    return page if visible(page.markdown) else _convert(html, drop_chrome=False)
 
 
 def _convert(html: str, drop_chrome: bool) -> Page:
@@ -85,10 +87,10 @@ def _title(soup: BeautifulSoup) -> str | None:
 def _main(soup: BeautifulSoup) -> Tag:
     """The page's own main content: `<main>`, `role="main"`, or its only `<article>`; else the whole body."""
     for found in (soup.find("main"), soup.find(attrs={"role": "main"})):
-        if isinstance(found, Tag) and found.get_text(strip=True):
+        if isinstance(found, Tag) and visible(found.get_text()):  # a `<main>` of zero-width spaces is empty
             return found
     articles = soup.find_all("article")
-    if len(articles) == 1 and articles[0].get_text(strip=True):
+    if len(articles) == 1 and visible(articles[0].get_text()):
         return articles[0]
     return soup.body or soup
 
