@@ -24,13 +24,31 @@ def apply(text: str, chunks: list[Chunk], settings: ChunkingSettings) -> list[Ch
 
 def split_oversize(text: str, chunks: list[Chunk], settings: ChunkingSettings) -> list[Chunk]:
     out: list[Chunk] = []
+    split = False
     for chunk in chunks:
         if chunk.token_count > settings.max_tokens:
             out.extend(
                 split_span(text, chunk.start, chunk.end, settings.max_tokens, settings.encoding, overlap_tokens=0)
             )
+            split = True
         else:
             out.append(chunk)
+    if split and any(b.start < a.end for a, b in zip(out, out[1:], strict=False)):
+        return _in_order(out)
+    return out
+
+
+def _in_order(chunks: list[Chunk]) -> list[Chunk]:
+    """Overlapping chunks, some re-split: the pieces of one may start before, or with, the last pieces of the chunk
+    before it. In order of their start, each kept once, and without those inside another (which cover nothing of
+    their own)."""
+    out: list[Chunk] = []
+    reach = -1  # the furthest end of the chunks kept so far
+    for chunk in sorted(chunks, key=lambda c: (c.start, -c.end)):
+        if chunk.end <= reach:
+            continue
+        out.append(chunk)
+        reach = chunk.end
     return out
 
 

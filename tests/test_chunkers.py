@@ -383,3 +383,18 @@ def test_two_tiny_chunks_across_a_long_invisible_run_are_not_rebalanced(monkeypa
 
     monkeypatch.setattr(guards, "split_span", no_split)
     assert [c.text for c in guards.merge_tiny(text, chunks, CHUNKING)] == ["x", "y"]
+
+
+@pytest.mark.parametrize("strategy", ["langchain_4000", "recursive_1100_overlap150", "token_window"])
+@pytest.mark.parametrize(
+    "text",
+    ["\n".join(["7 " * 94] * 47), "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f" * 2000],
+    ids=["repeated-lines", "flag-emoji"],
+)
+def test_overlapping_chunks_split_by_the_oversize_guard_stay_in_order(strategy: str, text: str) -> None:
+    """Re-split one by one, the pieces of an overlapping chunk started before (or with) the last piece of the one
+    before it (found by an adversarial helper with langchain_4000)."""
+    cfg = ChunkingSettings(strategies=(strategy,))
+    doc = convert(text.encode(), "text/plain", cfg)
+    (candidate,) = candidates.generate(doc, build(cfg), cfg, parallel=False)
+    assert_contract(doc.markdown, candidate.chunks, overlapping=candidate.params.get("overlapping", False))
