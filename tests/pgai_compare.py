@@ -9,10 +9,12 @@ and for this sidecar every strategy, the guards, the five metrics and selection;
 `connector bench --rows`'s (`connector.bench.rows.workload`): consecutive paragraphs of DIR's text files.
 
 Each round runs, in this order and each in a fresh database of one embedded Postgres: pgai with its default
-splitter (800/400 characters), pgai with 4000/200, pgai 4000/200 with an HNSW index on its destination (ours
-always has one, and BM25 postings), pgai 800/400 with `--concurrency 2`; then this sidecar: one process with its
-CPU pool (one process per core) and one worker thread, the same with two (the default), the same with the
-in-process `fake` embedder, and without the pool (`CONNECTOR_CPU_PROCESSES=0`) with one and two processes. pgai's
+splitter (800/400 characters), pgai with 4000/200, pgai 4000/200 with an HNSW index on its destination (neither
+side builds one by default below 100,000 rows; ours always writes BM25 postings), pgai 800/400 with
+`--concurrency 2`; then this sidecar: one process with its CPU pool (one process per core) and one worker thread,
+the same with two (the default), the same with the in-process `fake` embedder, without the pool
+(`CONNECTOR_CPU_PROCESSES=0`) with one and two processes, and the default with the chunks' HNSW index from the first
+chunk (`CONNECTOR_SEARCH_VECTOR_INDEX_MIN_CHUNKS=0`, to set beside pgai's arm with one). pgai's
 time is its `--once` run minus the same command's run on an empty queue (its start: imports, connection); ours is
 queued → committed with the processes started first. Each arm also reports the machine's busy CPU over its timed part
 per row (every process: the worker, its pool, the database, the stub; pgai's start-up run subtracted as from its
@@ -38,7 +40,7 @@ from psycopg.conninfo import make_conninfo
 
 from connector.bench import rows as rows_bench
 from connector.bench.processes import machine_busy_s
-from connector.settings import Settings
+from connector.settings import SearchSettings, Settings
 from tests.embed_stub import EmbeddingStub
 
 DIM = 384
@@ -142,6 +144,7 @@ def main() -> None:
                        embed={"base_url": stub.base_url, "api_key": "stub-key", "dimensions": DIM})  # fmt: skip
     no_pool = stubbed.model_copy(update={"cpu_processes": 0})  # as before the CPU pool; two processes: two cores
     one_thread = stubbed.model_copy(update={"workers": 1})  # the default is two worker threads
+    indexed = stubbed.model_copy(update={"search": SearchSettings(vector_index_min_chunks=0)})
     results: list[dict] = []
     try:
         for round_no in range(1, args.rounds + 1):
@@ -155,6 +158,7 @@ def main() -> None:
                 lambda: ours_arm(stubbed.model_copy(update={"embedder": "fake"}), admin, rows, 1, "fake, CPU pool"),
                 lambda: ours_arm(no_pool, admin, rows, 1, "openai stub, no CPU pool"),
                 lambda: ours_arm(no_pool, admin, rows, 2, "openai stub, no CPU pool"),
+                lambda: ours_arm(indexed, admin, rows, 1, "openai stub, CPU pool, HNSW from the first chunk"),
             ]
             if args.arms:
                 arms = [arms[int(n) - 1] for n in args.arms.split(",")]

@@ -92,3 +92,13 @@ def test_a_threshold_of_zero_builds_at_once_on_an_empty_table(settings: Settings
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         Worker(conn, Pipeline(_with_threshold(settings, threshold), load("fake")), []).drain(threading.Event())
         assert conn.execute(EXISTS).fetchone() == (True,)
+
+
+def test_the_readmes_statement_builds_it_now(settings: Settings) -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    statement = "SELECT connector.build_vector_index(0);"
+    assert f"`{statement}`" in readme
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        assert conn.execute(statement).fetchone() == (True,) and conn.execute(EXISTS).fetchone() == (True,)
