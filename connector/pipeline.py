@@ -21,7 +21,7 @@ from connector.embedders import Embedder, spec_of
 from connector.embedders.base import Embeddings
 from connector.embedders.cache import text_hash
 from connector.models import Document, Outcome, Scored, SourceDocument
-from connector.pool import CpuPool
+from connector.pool import GROUP, CpuPool
 from connector.select import choose
 from connector.settings import Settings
 from connector.timing import Timer
@@ -97,9 +97,15 @@ class Pipeline:
         self.runs = 0  # documents it ran
 
     @property
+    def group(self) -> int:
+        """How many short documents a worker hands over at once (`start_many`): one here without a pool."""
+        return GROUP if self.pool is not None else 1
+
+    @property
     def in_flight(self) -> int:
-        """How many documents a worker should keep submitted at once: enough to keep every pool process busy."""
-        return 2 * self.pool.processes if self.pool is not None else 1
+        """How many documents a worker should keep submitted at once: two groups per pool process, so that each
+        has the next at hand when it finishes one."""
+        return 2 * self.pool.processes * GROUP if self.pool is not None else 1
 
     def run(self, source: SourceDocument) -> Outcome:
         return self.embed([self.choose(source)])[0]
@@ -123,6 +129,13 @@ class Pipeline:
                 future.set_exception(exc)
             return future
         return self.pool.submit(source, alone, while_waiting)
+
+    def start_many(self, sources: list[SourceDocument], while_waiting: Callable[[], None]) -> list[Future]:
+        """`start` of several short documents, as one task of one pool process (`CpuPool.submit_many`); here, one
+        after another, without a pool."""
+        if self.pool is None:
+            return [self.start(source) for source in sources]
+        return self.pool.submit_many(sources, while_waiting)
 
     def chosen(self, future: Future) -> Chosen:
         """The result of a `start`ed document, its stages counted in `totals` (here: in the caller's thread, the

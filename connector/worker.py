@@ -139,6 +139,11 @@ class Worker:
     def start(self, row: ClaimedRow) -> Result | Started:
         """Read a claimed row and hand it to the pipeline (a pool process, or this thread at once); or what became
         of it (failed, retry, unchanged: already recorded)."""
+        loaded = self.load(row)
+        return self.submit([(row, loaded)])[0] if isinstance(loaded, SourceDocument) else loaded
+
+    def load(self, row: ClaimedRow) -> Result | SourceDocument:
+        """Read a claimed row's document; or what became of it (failed, unchanged: already recorded)."""
         context = {"document_id": row.id, "source_key": row.source_key}
         content_hash: str | None = None
         if row.retries >= self.max_attempts:
@@ -157,17 +162,34 @@ class Worker:
                 return "unchanged"
             tries = f" (try {row.retries + 1} of {self.max_attempts})" if row.retries else ""
             log.info("processing %s%s", row.source_key, tries, extra=context)
-            if self.pipeline.pool is None:
-                with self._heartbeat():  # the pipeline runs here, at once
-                    return Started(row, source, self.pipeline.start(source))
-            # A suspect waits for its turn to run alone in the pool (and the others for it), maybe long: this thread
-            # renews the leases meanwhile, its connection being idle.
-            return Started(row, source, self.pipeline.start(source, row.abandoned, self._beat_if_due))
+            return source
         except Exception as exc:
             return self._failed(row, exc, content_hash)
         except BaseException:  # KeyboardInterrupt, SystemExit: give the document back before leaving
             with contextlib.suppress(psycopg.Error):
                 self.store.release(row)
+            raise
+
+    def submit(self, loaded: list[tuple[ClaimedRow, SourceDocument]]) -> list[Result | Started]:
+        """Hand loaded documents to the pipeline: several short ones as one pool task, a suspect alone; without a
+        pool, each runs here at once."""
+        try:
+            if self.pipeline.pool is None:
+                with self._heartbeat():  # the pipeline runs here, at once
+                    return [Started(row, source, self.pipeline.start(source)) for row, source in loaded]
+            if len(loaded) == 1:
+                # A suspect waits for its turn to run alone in the pool (and the others for it), maybe long: this
+                # thread renews the leases meanwhile, its connection being idle.
+                row, source = loaded[0]
+                return [Started(row, source, self.pipeline.start(source, row.abandoned, self._beat_if_due))]
+            futures = self.pipeline.start_many([source for _, source in loaded], self._beat_if_due)
+            return [Started(row, source, future) for (row, source), future in zip(loaded, futures, strict=True)]
+        except Exception as exc:
+            return [self._failed(row, exc, source.content_hash) for row, source in loaded]
+        except BaseException:
+            for row, _ in loaded:
+                with contextlib.suppress(psycopg.Error):
+                    self.store.release(row)
             raise
 
     def finish(self, started: Started) -> Result | Ready:
@@ -420,10 +442,23 @@ class Worker:
                 if ready and time.monotonic() - first_ready >= FLUSH_SECONDS:
                     flush()
 
+        def ship() -> None:
+            """Hand the loaded documents to the pipeline: one pool task for the group."""
+            if not pending:
+                return
+            for (row, _, at), started in zip(pending, self.submit([(r, s) for r, s, _ in pending]), strict=True):
+                if isinstance(started, Started):
+                    in_flight.append((started, at))
+                else:
+                    report(row, started)
+            pending.clear()
+
         # Left by an exception, what is still in the pool is nobody's (`drain` hands the rows back) and runs to its
         # end. NOTE: never `Future.cancel()` it: Python 3.11's ProcessPoolExecutor keeps a cancelled item in its table,
         # and if a pool process then dies, its manager thread fails on that item and never answers the other
         # documents in flight (fixed in later versions).
+        group = self.pipeline.group
+        pending: list[tuple[ClaimedRow, SourceDocument, float]] = []  # loaded, to go to the pipeline as a group
         for row in rows:
             if stop.is_set():
                 break
@@ -432,18 +467,26 @@ class Worker:
             if (row.id, row.attempts) in self._lost:  # requeued or claimed again meanwhile: it would be dropped
                 report(row, "superseded")
                 continue
-            if not row.short and (ready or in_flight):  # a long document next: what is finished is written first
+            if not row.short and (ready or in_flight or pending):  # a long document next: what is finished is written
+                ship()
                 settle(0)
                 if ready:
                     flush()
-            started = self.start(row)
+            elif row.abandoned:  # a suspect goes alone: the group before it goes first
+                ship()
+            loaded = self.load(row)
             n += 1
-            if isinstance(started, Started):
-                in_flight.append((started, started_at))
-            else:
-                report(row, started)
-            # Enough documents in the pool to keep its processes busy; with no pool, each is done already.
-            settle(self.pipeline.in_flight - 1 if row.short else 0)
+            if not isinstance(loaded, SourceDocument):
+                report(row, loaded)
+                continue
+            pending.append((row, loaded, started_at))
+            if row.abandoned or not row.short or len(pending) >= group:
+                ship()
+            # Enough documents in the pool to keep its processes busy (room left for the group being formed); with
+            # no pool, each is done already.
+            settle(self.pipeline.in_flight - group if row.short else 0)
+        if not stop.is_set():
+            ship()  # stopped: what was not handed over yet goes back to the queue with the rest (below)
         settle(0)  # stopped or not: what is in the pool is finished (short documents, or the grace period's)
         if ready:
             flush()

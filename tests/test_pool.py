@@ -66,9 +66,13 @@ def test_documents_chosen_in_pool_processes_are_written_and_a_bad_one_fails_alon
         _spoil(conn, unwritable=ids[3], corrupt=ids[6])
         s = settings.model_copy(update={"batch_size": 12, "max_attempts": 1})
         pipeline = CorruptingPipeline(s, FakeEmbedder(), pool=pool)
-        assert pipeline.in_flight == 4
+        assert pipeline.group == 4 and pipeline.in_flight == 16
         results: dict[int, str] = {}
+        tasks = pool.tasks
         Worker(conn, pipeline, []).drain(threading.Event(), lambda row, result: results.__setitem__(row.id, result))
+        # Short rows went to the pool four at a time, each with its own outcome (the unwritable one was in a group):
+        # rows 1-4, then 5-6 (handed over before the PDF, which is not short and goes alone), the PDF, 8-11, 12.
+        assert pool.tasks - tasks == 5
         assert results[ids[3]] == "failed" and results[ids[6]] == "failed"
         assert [results[i] for i in ids if i not in (ids[3], ids[6])] == ["done"] * 10
         errors = dict(conn.execute("SELECT id, last_error FROM connector.documents WHERE status = 'failed'"))
@@ -85,6 +89,94 @@ def test_documents_chosen_in_pool_processes_are_written_and_a_bad_one_fails_alon
         for doc_id in list(stored)[:3]:
             source = Store_row_source(conn, doc_id)
             assert here.choose(source).winner.score == pytest.approx(stored[doc_id], abs=1e-9)
+
+
+def test_a_document_that_fails_in_the_pool_fails_alone_in_its_group(settings: Settings, pool: CpuPool) -> None:
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        ids = _insert(conn, 8)
+        # Short, so grouped with three others; nothing visible in it, so its conversion raises in the pool process.
+        conn.execute("UPDATE connector.documents SET content = %s WHERE id = %s", ("\u200b" * 40, ids[2]))
+        s = settings.model_copy(update={"batch_size": 8, "max_attempts": 3})
+        results: dict[int, str] = {}
+        tasks = pool.tasks
+        Worker(conn, Pipeline(s, FakeEmbedder(), pool=pool), []).drain(
+            threading.Event(), lambda row, result: results.__setitem__(row.id, result)
+        )
+        assert pool.tasks - tasks == 2, "eight short rows, two groups"
+        assert results == {i: "failed" if i == ids[2] else "done" for i in ids}
+        error = conn.execute("SELECT last_error FROM connector.documents WHERE id = %s", (ids[2],)).fetchone()[0]
+        assert "no visible text" in error
+        assert conn.execute("SELECT count(DISTINCT document_id) FROM connector.chunks").fetchone() == (7,)
+        assert_consistent(conn)
+
+
+def test_a_pool_process_killed_with_a_group_in_flight_loses_none_of_it(settings: Settings, pool: CpuPool) -> None:
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        ids = _insert(conn, 8)
+        pool.warm()
+        killed: list[int] = []
+
+        class KillingPipeline(Pipeline):
+            def start_many(self, sources, while_waiting):
+                if killed:
+                    return super().start_many(sources, while_waiting)
+                # The processes are stopped before the group reaches them, and killed once it is theirs: it can
+                # neither finish first nor be missed.
+                pids = pool.pids()
+                for pid in pids:
+                    os.kill(pid, signal.SIGSTOP)
+                futures = super().start_many(sources, while_waiting)
+                killed.extend(_kill_pool(pool))
+                return futures
+
+        s = settings.model_copy(update={"batch_size": 8, "max_attempts": 3})
+        worker = Worker(conn, KillingPipeline(s, FakeEmbedder(), pool=pool), [])
+        results: list[tuple[int, str]] = []
+        while worker.drain(threading.Event(), lambda row, result: results.append((row.id, result))):
+            pass
+        assert len(killed) == 2 and pool.restarts >= 1
+        assert _status(conn) == {"done": 8}, "nothing lost"
+        claims = dict(conn.execute("SELECT id, attempts FROM connector.documents").fetchall())
+        # The first group was in the dead process: each of its documents claimed again, alone, and done. (The
+        # second may have been handed to the pool before its death was noticed: then it went the same way.)
+        assert [claims[i] for i in ids[:4]] == [2, 2, 2, 2] and all(claims[i] in (1, 2) for i in ids[4:])
+        for i in ids:
+            assert [r for j, r in results if j == i] == ["retry", "done"][2 - claims[i] :]
+        assert conn.execute("SELECT count(DISTINCT document_id) FROM connector.chunks").fetchone() == (8,)
+        assert_consistent(conn)
+
+
+def test_a_group_resolves_each_document_on_its_own() -> None:
+    from concurrent.futures import CancelledError, Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from connector.errors import DocumentError
+    from connector.pool import _resolve
+
+    def group(n: int) -> list[Future]:
+        futures = [Future() for _ in range(n)]
+        for f in futures:
+            f.set_running_or_notify_cancel()
+        return futures
+
+    task: Future = Future()
+    task.set_result([(True, "a"), (False, DocumentError("bad")), (True, "c")])
+    futures = group(3)
+    _resolve(task, futures)
+    assert futures[0].result() == "a" and futures[2].result() == "c"
+    assert isinstance(futures[1].exception(), DocumentError)
+    task = Future()
+    task.set_exception(BrokenProcessPool("a process died"))
+    futures = group(2)
+    _resolve(task, futures)
+    assert all(isinstance(f.exception(), BrokenProcessPool) for f in futures)
+    task = Future()
+    task.cancel()  # the pool shut down before the group started
+    futures = group(2)
+    _resolve(task, futures)
+    for f in futures:
+        with pytest.raises(CancelledError):
+            f.result()
 
 
 def Store_row_source(conn: psycopg.Connection, doc_id: int):  # noqa: N802 - reads like the row it builds
