@@ -313,6 +313,7 @@ def _start(settings: Settings, parent: int) -> None:
     logging.basicConfig(level=logging.WARNING, handlers=[handler(settings.log_format)])
     _settings = settings
     _load()
+    allocator.freeze_loaded()
 
 
 def _load() -> None:

@@ -75,3 +75,32 @@ def test_the_sidecar_runs_numpys_blas_on_one_thread() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == [1]
+
+
+_FREEZE = """
+import gc, weakref
+from connector import allocator
+class Node:
+    pass
+def cycle():
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    return weakref.ref(a)
+garbage = cycle()  # a cycle nobody holds, not collected yet
+kept = Node()
+gc.disable()  # no collection but the ones this script asks for
+allocator.freeze_loaded()
+frozen = gc.get_freeze_count()
+allocator.freeze_loaded()
+later = cycle()
+gc.collect()
+print(garbage() is None, frozen > 0, gc.get_freeze_count() == frozen, later() is None)
+"""
+
+
+def test_what_is_loaded_is_frozen_once_and_garbage_before_it_is_collected() -> None:
+    done = subprocess.run([sys.executable, "-c", _FREEZE], capture_output=True, text=True, check=True)
+    garbage_collected, frozen, once, later_collected = done.stdout.split()
+    assert garbage_collected == "True", "garbage is collected before the freeze, not kept forever"
+    assert frozen == "True" and once == "True", "frozen once per process"
+    assert later_collected == "True", "objects made after the freeze are collected as before"
