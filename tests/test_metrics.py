@@ -24,7 +24,7 @@ from connector.metrics.blocks import block_integrity
 from connector.metrics.cohesion import Sentences, contextual_coherence, intrachunk_cohesion, windows
 from connector.metrics.references import references_completeness
 from connector.metrics.vectors import StaticEncoder, StorageEncoder, VectorCache
-from connector.models import Candidate, Chunk
+from connector.models import Block, Candidate, Chunk, Document
 from connector.settings import Settings
 from tests.conftest import FIXTURES
 from tests.test_convert import CHUNKING
@@ -386,6 +386,43 @@ def test_hashed_bow_is_the_word_by_word_hashing_trick(texts, dim, stop) -> None:
     assert np.allclose(got, _hashed_bow_reference(texts, dim, stop_words), rtol=0, atol=1e-7)
     for text, row in zip(texts, got, strict=True):
         assert np.array_equal(hashed_bow([text], dim, stop_words)[0], row)
+
+
+@examples(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from(list("abcdefgh the and İ,.")), max_size=80), min_size=1, max_size=8),
+       st.sampled_from([4, 64, 1024]), st.booleans())  # fmt: skip
+def test_compact_hashed_bow_is_the_full_one_without_its_empty_columns(texts, dim, stop) -> None:
+    """The semantic strategy compares sentences with vectors of only the columns they use: the same vectors but
+    for the columns that are zero in every one, so the same cosines."""
+    from connector.embedders.lexical import STOP_WORDS, hashed_bow
+
+    stop_words = STOP_WORDS if stop else frozenset()
+    full = hashed_bow(texts, dim, stop_words)
+    compact = hashed_bow(texts, dim, stop_words, compact=True)
+    assert compact.dtype == np.float32 and compact.shape[0] == len(texts) and compact.shape[1] <= dim
+
+    def nonzero_columns(m: np.ndarray) -> np.ndarray:  # in their order (a column whose words cancel is zero)
+        return m[:, np.any(m != 0, axis=0)]
+
+    assert np.allclose(nonzero_columns(full), nonzero_columns(compact), rtol=0, atol=1e-7)
+    assert np.allclose(full @ full.T, compact @ compact.T, rtol=0, atol=1e-6)
+
+
+def test_the_semantic_strategy_cuts_real_documents_where_the_full_vectors_do(monkeypatch) -> None:
+    from connector.chunkers import semantic
+    from connector.chunkers.sentences import sentence_spans
+    from connector.embedders.lexical import LexicalEncoder
+
+    texts = [p.read_text() for p in sorted(FIXTURES.glob("*.txt")) + sorted(FIXTURES.glob("*.md"))]
+    assert len(texts) >= 3
+    chunker = semantic.SemanticChunker(percentile=90, encoder="lexical", encoding="o200k_base")
+    for text in texts:
+        document = Document(text, (Block(0, len(text)),))
+        compact = [(c.start, c.end) for c in chunker.split(document).chunks]
+        monkeypatch.delattr(LexicalEncoder, "compact")  # the full 1,024 columns
+        full = [(c.start, c.end) for c in chunker.split(document).chunks]
+        monkeypatch.undo()
+        assert compact == full and len(full) > 1, len(sentence_spans(text))
 
 
 def test_span_vectors_asked_before_and_after_they_are_announced_agree(models_dir) -> None:

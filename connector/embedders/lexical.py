@@ -85,7 +85,11 @@ STOP_WORDS = frozenset(
 )
 
 
-def hashed_bow(texts: list[str], dim: int, stop_words: frozenset[str] = frozenset()) -> np.ndarray:
+def hashed_bow(
+    texts: list[str], dim: int, stop_words: frozenset[str] = frozenset(), compact: bool = False
+) -> np.ndarray:
+    """One unit vector per text, `dim` wide; `compact`: only the columns some text uses, in their order (the same
+    norms, dot products and cosines, without the zero columns every later step would carry along)."""
     # Every word of the batch numbered by first appearance, then each (text, word) pair counted and placed at once
     # by numpy: one `Counter` per text and the lists built from it cost the `semantic` strategy more than all its
     # other work on a short document.
@@ -105,9 +109,15 @@ def hashed_bow(texts: list[str], dim: int, stop_words: frozenset[str] = frozense
     codes = np.fromiter(_codes(index, dim), dtype=np.int64, count=len(index))[pairs % len(index)]
     signs = 1.0 - 2.0 * (codes & 1)
     weights = (1.0 + np.log(counts.astype(np.float64))) * signs
-    flat = (pairs // len(index)) * dim + (codes >> 1)
+    columns = codes >> 1
+    if compact:
+        width = len(used := np.unique(columns))
+        columns = np.searchsorted(used, columns)
+    else:
+        width = dim
     # Words that hash to one column of one text add up, as the hashing trick has them.
-    vectors = np.bincount(flat, weights=weights, minlength=len(texts) * dim).reshape(len(texts), dim)
+    flat = (pairs // len(index)) * width + columns
+    vectors = np.bincount(flat, weights=weights, minlength=len(texts) * width).reshape(len(texts), width)
     return normalise(vectors)
 
 
@@ -147,6 +157,10 @@ class LexicalEncoder:
 
     def embed(self, texts: list[str]) -> Embeddings:
         return Embeddings.whole(texts, hashed_bow(texts, self.dim, STOP_WORDS))
+
+    def compact(self, texts: list[str]) -> np.ndarray:
+        """`embed`'s vectors without the columns no text uses: for comparing these texts with one another."""
+        return hashed_bow(texts, self.dim, STOP_WORDS, compact=True)
 
 
 def spec(embed) -> ModelSpec:
