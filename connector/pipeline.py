@@ -96,10 +96,13 @@ class Pipeline:
         self.totals = Timer()  # every stage of every document this pipeline ran (read by `connector bench`)
         self.runs = 0  # documents it ran
 
-    @property
-    def group(self) -> int:
-        """How many short documents a worker hands over at once (`start_many`): one here without a pool."""
-        return GROUP if self.pool is not None else 1
+    def group_of(self, batch: int) -> int:
+        """How many short documents of a batch of `batch` a worker hands over at once (`start_many`): GROUP, fewer
+        where a small batch would otherwise keep a pool process idle (a group runs in one process, one document
+        after another); one here without a pool."""
+        if self.pool is None:
+            return 1
+        return max(1, min(GROUP, batch // self.pool.processes))
 
     @property
     def in_flight(self) -> int:

@@ -388,7 +388,8 @@ class Worker:
 
         Rows are claimed in batches (`batch_size` rows, `batch_mb` of content) and the finished ones written in
         one transaction at the end of the batch, or sooner once the oldest has waited FLUSH_SECONDS: a batch of
-        short rows costs one claim, one commit and a dozen statements instead of that per row. Each row keeps its
+        short rows costs one claim, one commit and a dozen statements instead of that per row, and its rows go to the
+        CPU pool a group at a time (`CpuPool.submit_many`). Each row keeps its
         own lease and claim token; a row that fails is recorded on its own. Stopped mid-batch, the worker writes
         what it finished and hands the rest back at once."""
         n = 0
@@ -457,7 +458,7 @@ class Worker:
         # end. NOTE: never `Future.cancel()` it: Python 3.11's ProcessPoolExecutor keeps a cancelled item in its table,
         # and if a pool process then dies, its manager thread fails on that item and never answers the other
         # documents in flight (fixed in later versions).
-        group = self.pipeline.group
+        group = self.pipeline.group_of(len(rows))
         pending: list[tuple[ClaimedRow, SourceDocument, float]] = []  # loaded, to go to the pipeline as a group
         for row in rows:
             if stop.is_set():

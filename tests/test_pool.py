@@ -66,7 +66,9 @@ def test_documents_chosen_in_pool_processes_are_written_and_a_bad_one_fails_alon
         _spoil(conn, unwritable=ids[3], corrupt=ids[6])
         s = settings.model_copy(update={"batch_size": 12, "max_attempts": 1})
         pipeline = CorruptingPipeline(s, FakeEmbedder(), pool=pool)
-        assert pipeline.group == 4 and pipeline.in_flight == 16
+        assert pipeline.in_flight == 16
+        # Groups of four, fewer where a small batch would leave a pool process idle.
+        assert [pipeline.group_of(n) for n in (1, 2, 3, 4, 7, 8, 12, 32)] == [1, 1, 1, 2, 3, 4, 4, 4]
         results: dict[int, str] = {}
         tasks = pool.tasks
         Worker(conn, pipeline, []).drain(threading.Event(), lambda row, result: results.__setitem__(row.id, result))
