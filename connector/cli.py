@@ -254,6 +254,9 @@ def run(
     try:
         with _errors(), database(settings) as url:
             pipelines = _pipelines(settings, url, no_migrate=no_migrate)
+            from connector import allocator
+
+            allocator.freeze_loaded()  # the models are loaded, for the life of the process
             if stop.is_set():  # SIGTERM while starting (loading models): stop here, having started nothing
                 console.print("stopped before starting")
                 return

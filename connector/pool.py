@@ -105,9 +105,11 @@ class CpuPool:
         future.add_done_callback(lambda _: self._leave(alone))
         return future
 
-    def _enter(self, alone: bool, key: str, while_waiting: Callable[[], None]) -> None:
+    def _enter(self, alone: bool, key: str, while_waiting: Callable[[], None], count: int = 1) -> None:
         # A document waits for a suspect at most SUSPECT_WAIT_S: one that hangs must not stall every worker thread
-        # (past that wait, they share the pool with it again).
+        # (past that wait, they share the pool with it again). A group (`count` documents) enters in one step: were
+        # its documents entered one by one, a suspect arriving in between would wait for the first, which cannot
+        # leave before the group is complete, and the rest of the group for the suspect.
         deadline = time.monotonic() + SUSPECT_WAIT_S
 
         def free() -> bool:
@@ -124,7 +126,7 @@ class CpuPool:
                         if alone:
                             self._alone = key
                         else:
-                            self._shared += 1
+                            self._shared += count
                         return
                 while_waiting()  # outside the lock: it may take a round trip to the database
         finally:
@@ -148,14 +150,11 @@ class CpuPool:
         to 1.83 busy, and rows/s up 4-28% in every round, with groups of GROUP). Each document still gets its own
         future and its own outcome: one that raises fails alone; a pool process that dies fails the whole group with
         `BrokenProcessPool`, as it fails every document in flight."""
-        entered = 0
+        self._enter(False, sources[0].source_key, while_waiting, count=len(sources))
         try:
-            for source in sources:
-                self._enter(False, source.source_key, while_waiting)
-                entered += 1
             task = self._submit(_choose_many, sources)
         except BaseException:
-            for _ in range(entered):
+            for _ in sources:
                 self._leave(False)
             raise
         futures: list[Future] = [Future() for _ in sources]
@@ -170,7 +169,8 @@ class CpuPool:
             executor = self._current()
             try:
                 future = executor.submit(fn, arg)
-                self.tasks += 1
+                with self._lock:
+                    self.tasks += 1
             except BrokenProcessPool:  # broke since it was handed out: once more, on a fresh one
                 self._replace(executor)
                 continue
@@ -313,7 +313,6 @@ def _start(settings: Settings, parent: int) -> None:
     logging.basicConfig(level=logging.WARNING, handlers=[handler(settings.log_format)])
     _settings = settings
     _load()
-    allocator.freeze_loaded()
 
 
 def _load() -> None:
@@ -323,6 +322,9 @@ def _load() -> None:
 
         _chooser = Chooser.load(_settings, parallel=False)  # documents run side by side: strategies one by one
         _start_error = None
+        from connector import allocator
+
+        allocator.freeze_loaded()  # the models and chunkers live as long as the process
     except Exception as exc:
         # Not a document's fault, and not a dying process (which would cost every document in flight a try): the
         # document is answered with this error, transient (retried with backoff) unless it is a configuration's;

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psycopg
 
-from connector import allocator, candidates
+from connector import candidates
 from connector.db.database import connect
 from connector.db.store import Store
 from connector.errors import FatalError, TransientError
@@ -58,7 +58,6 @@ def run(
             log.info("watching %s", watcher.root)
         workers = [_WorkerThread(settings, dsn, make_pipeline(), stop, roots, i, once) for i in range(settings.workers)]
         _threads.update(workers)
-        allocator.freeze_loaded()  # the pipelines' models are loaded
         watcher_problem: list[str | None] = [None]  # read by /health; only this loop calls watcher.check()
         server = _health_server(settings, dsn, workers, lambda: watcher_problem[0])
         for w in workers:

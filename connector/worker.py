@@ -177,11 +177,13 @@ class Worker:
             if self.pipeline.pool is None:
                 with self._heartbeat():  # the pipeline runs here, at once
                     return [Started(row, source, self.pipeline.start(source)) for row, source in loaded]
-            if len(loaded) == 1:
+            if len(loaded) == 1 or any(row.abandoned for row, _ in loaded):
                 # A suspect waits for its turn to run alone in the pool (and the others for it), maybe long: this
                 # thread renews the leases meanwhile, its connection being idle.
-                row, source = loaded[0]
-                return [Started(row, source, self.pipeline.start(source, row.abandoned, self._beat_if_due))]
+                return [
+                    Started(row, source, self.pipeline.start(source, row.abandoned, self._beat_if_due))
+                    for row, source in loaded
+                ]
             futures = self.pipeline.start_many([source for _, source in loaded], self._beat_if_due)
             return [Started(row, source, future) for (row, source), future in zip(loaded, futures, strict=True)]
         except Exception as exc:
@@ -445,8 +447,10 @@ class Worker:
 
         def ship() -> None:
             """Hand the loaded documents to the pipeline: one pool task for the group."""
+            nonlocal n
             if not pending:
                 return
+            n += len(pending)
             for (row, _, at), started in zip(pending, self.submit([(r, s) for r, s, _ in pending]), strict=True):
                 if isinstance(started, Started):
                     in_flight.append((started, at))
@@ -476,8 +480,8 @@ class Worker:
             elif row.abandoned:  # a suspect goes alone: the group before it goes first
                 ship()
             loaded = self.load(row)
-            n += 1
             if not isinstance(loaded, SourceDocument):
+                n += 1
                 report(row, loaded)
                 continue
             pending.append((row, loaded, started_at))

@@ -148,6 +148,44 @@ def test_a_pool_process_killed_with_a_group_in_flight_loses_none_of_it(settings:
         assert_consistent(conn)
 
 
+def test_a_suspect_arriving_while_a_group_enters_the_pool_stalls_neither(settings, pool, monkeypatch) -> None:
+    """A group enters the pool in one step. Were its documents entered one by one, a suspect arriving between two of
+    them would wait for the first (which cannot finish before the group is handed over) and the rest of the group
+    for the suspect, both until SUSPECT_WAIT_S ran out."""
+    import connector.pool as pool_module
+    from connector.models import SourceDocument
+
+    monkeypatch.setattr(pool_module, "SUSPECT_WAIT_S", 6.0)
+    pool.warm()
+
+    def doc(key: str) -> SourceDocument:
+        data = f"Document {key}. It has two sentences.".encode()
+        return SourceDocument(0, "sql", key, None, data, "text/plain", "")
+
+    suspect: list = []
+    enter = pool._enter
+
+    def enter_then_a_suspect_arrives(alone, key, while_waiting, count=1):
+        enter(alone, key, while_waiting, count)
+        if key == "g0":  # the group's first (or only) entry: a suspect arrives now, from another thread
+            thread = threading.Thread(target=lambda: suspect.append(pool.submit(doc("s"), alone=True)))
+            thread.start()
+            deadline = time.monotonic() + 5
+            while pool._suspects_waiting == 0 and not suspect and time.monotonic() < deadline:
+                time.sleep(0.01)
+            suspect.append(thread)
+
+    monkeypatch.setattr(pool, "_enter", enter_then_a_suspect_arrives)
+    t0 = time.monotonic()
+    group = pool.submit_many([doc(f"g{i}") for i in range(4)], lambda: None)
+    assert all(f.result(timeout=30).winner for f in group)
+    thread = next(x for x in suspect if isinstance(x, threading.Thread))
+    thread.join(30)
+    assert next(x for x in suspect if not isinstance(x, threading.Thread)).result(timeout=30).winner
+    assert time.monotonic() - t0 < 4, "neither waited for the other's deadline"
+    assert (pool._shared, pool._alone, pool._suspects_waiting) == (0, None, 0)
+
+
 def test_a_group_resolves_each_document_on_its_own() -> None:
     from concurrent.futures import CancelledError, Future
     from concurrent.futures.process import BrokenProcessPool

@@ -146,6 +146,7 @@ def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop, out: mp.Q
         warm = SourceDocument(0, "sql", "warm-up", None, b"Warm up.", "text/plain", "")
         for future in [pool.submit(warm) for _ in range(processes * 4)]:
             future.result()
+    allocator.freeze_loaded()  # as `connector run` does once its models are loaded
     ready.put(True)
     start = _rss_mb()
     pool_start = _pool_rss(pool)
