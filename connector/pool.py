@@ -146,10 +146,10 @@ class CpuPool:
     ) -> list[Future]:
         """`submit` for several short documents at once, as one task of one pool process: one message each way for
         the group instead of one per document. Each message costs the sidecar's threads a wake-up and a turn of the
-        GIL, and a pool process that finished its document waited for them (measured: the two cores went from 1.76
-        to 1.83 busy, and rows/s up 4-28% in every round, with groups of GROUP). Each document still gets its own
-        future and its own outcome: one that raises fails alone; a pool process that dies fails the whole group with
-        `BrokenProcessPool`, as it fails every document in flight."""
+        GIL, and a pool process that finished its document waited for them (measured with groups of GROUP: the two
+        cores went from 1.73-1.76 to 1.81-1.83 busy, rows/s 0.94-1.14x in four interleaved rounds). Each document
+        still gets its own future and its own outcome: one that raises fails alone; a pool process that dies fails
+        the whole group with `BrokenProcessPool`, as it fails every document in flight."""
         self._enter(False, sources[0].source_key, while_waiting, count=len(sources))
         try:
             task = self._submit(_choose_many, sources)
