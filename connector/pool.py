@@ -141,9 +141,7 @@ class CpuPool:
                 self._shared -= 1
             self._turns.notify_all()
 
-    def submit_many(
-        self, sources: list[SourceDocument], while_waiting: Callable[[], None] = lambda: None
-    ) -> list[Future]:
+    def submit_many(self, sources: list[SourceDocument], while_waiting: Callable[[], None]) -> list[Future]:
         """`submit` for several short documents at once, as one task of one pool process: one message each way for
         the group instead of one per document. Each message costs the sidecar's threads a wake-up and a turn of the
         GIL, and a pool process that finished its document waited for them (measured with groups of GROUP: the two
