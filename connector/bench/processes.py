@@ -8,7 +8,10 @@ from pathlib import Path
 
 import psycopg
 
-PENDING = "SELECT count(*) FROM connector.documents WHERE status IN ('pending', 'processing')"
+# The oldest such row, which the planner reads off the queue's partial index (migration 0001) without touching the
+# table. Polled every 20 ms, a count(*) (or an EXISTS, which the planner ran as a scan of the table) cost the
+# database a tenth of a core, taken from the workers being measured.
+PENDING = "SELECT id FROM connector.documents WHERE status IN ('pending', 'processing') ORDER BY id LIMIT 1"
 
 
 def machine_busy_s(stat: Path = Path("/proc/stat")) -> float | None:
@@ -27,7 +30,7 @@ def machine_busy_s(stat: Path = Path("/proc/stat")) -> float | None:
 
 def wait_drained(conn: psycopg.Connection, procs) -> None:
     """Until no row is pending or processing; fails if every worker process died first."""
-    while conn.execute(PENDING).fetchone()[0]:
+    while conn.execute(PENDING).fetchone() is not None:
         if not any(p.is_alive() for p in procs):
             raise RuntimeError("every benchmark worker process exited before the queue was drained")
         time.sleep(0.02)
