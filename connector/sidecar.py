@@ -151,6 +151,51 @@ def _release(workers: list[_WorkerThread], dsn: str) -> None:
         log.warning("could not hand back %d document(s): %s", len(held), exc)
 
 
+class _Wakeups:
+    """LISTEN on a connection of its own, read without pause by a thread of its own; `wait` says whether a
+    notification came.
+
+    Reading it only between drains (as the worker thread did) left a burst's notifications unread for the whole
+    drain: the server sends them from inside a transaction, and once they fill its socket's buffer it waits there,
+    holding a snapshot, which kept the database's xmin horizon where it was for as long as the drain lasted (nothing
+    vacuumed, every claim walking the dead entries of the queue's index; migration 0016)."""
+
+    def __init__(self, conn: psycopg.Connection, name: str):
+        self._conn = conn
+        self._came = threading.Event()
+        self._closing = threading.Event()
+        self._error: BaseException | None = None
+        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")  # before the first drain: nothing committed after it is missed
+        self._thread = threading.Thread(target=self._read, name=name, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            while not self._closing.is_set():
+                for _ in self._conn.notifies(timeout=_WAKE_CHECK):
+                    self._came.set()
+        except Exception as exc:  # the connection lost: the worker thread reconnects when it next waits
+            self._error = exc
+            self._came.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether a notification came since the last call, waiting up to `timeout` seconds for one. A notification
+        that comes while the caller drains wakes the next call at once: its row may have been committed after the
+        drain's last claim."""
+        came = self._came.wait(timeout)
+        self._came.clear()
+        if self._error is not None:
+            raise self._error
+        return came
+
+    def __enter__(self) -> _Wakeups:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._closing.set()
+        self._thread.join()
+
+
 class _WorkerThread(threading.Thread):
     def __init__(
         self,
@@ -201,9 +246,7 @@ class _WorkerThread(threading.Thread):
                 return
 
     def _serve(self) -> None:
-        s = self.settings
-        with connect(self.dsn, autocommit=True) as work_conn, connect(self.dsn, autocommit=True) as listen_conn:
-            listen_conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        with connect(self.dsn, autocommit=True) as work_conn:
             if self.worker is not None:  # kept until given back: this connection may be lost before that too
                 self.suspects += self.worker.lost_while_writing
                 self.worker.lost_while_writing = []
@@ -217,13 +260,17 @@ class _WorkerThread(threading.Thread):
             if self.once:
                 self.worker.drain(self.stop, self._record)
                 return
-            last_poll = 0.0
-            woken = True  # drain once at start: rows may have been queued while nobody listened
-            while not self.stop.is_set():
-                if woken or time.monotonic() - last_poll >= s.poll_interval:
-                    last_poll = time.monotonic()
-                    self.worker.drain(self.stop, self._record)
-                woken = any(True for _ in listen_conn.notifies(timeout=_WAKE_CHECK, stop_after=1))
+            with (
+                connect(self.dsn, autocommit=True) as listen_conn,
+                _Wakeups(listen_conn, f"{self.name}-listen") as wakeups,
+            ):
+                woken = True  # drain once at start: rows may have been queued while nobody listened
+                last_poll = 0.0
+                while not self.stop.is_set():
+                    if woken or time.monotonic() - last_poll >= self.settings.poll_interval:
+                        last_poll = time.monotonic()
+                        self.worker.drain(self.stop, self._record)
+                    woken = wakeups.wait(_WAKE_CHECK)
 
     def _record(self, row, result: str) -> None:
         from connector.observe import record
