@@ -1,7 +1,8 @@
 """The long-running sidecar: a folder watcher and N workers sharing one queue (the `connector.documents` table).
 
-Each worker thread has its own connections. It sleeps on LISTEN and wakes on the NOTIFY that every newly pending
-row sends (a file the watcher queued, a user's INSERT, a watched table's trigger); a poll every `poll_interval`
+Each worker thread has its own connections. It sleeps on LISTEN and wakes on the NOTIFY that every transaction
+queueing rows sends, once however many it queues (a file the watcher queued, a user's INSERT, a watched table's
+trigger; migration 0016), read at once by a thread of its own (`_Wakeups`); a poll every `poll_interval`
 seconds covers notifications missed while the connection was down and retries whose backoff has passed. A lost
 connection is re-opened with exponential backoff; on reconnecting, a worker gives back the rows it held.
 
@@ -33,6 +34,7 @@ from connector.worker import Worker, worker_name
 log = logging.getLogger(__name__)
 
 _WAKE_CHECK = 0.5  # seconds between checks of the stop flag while waiting for notifications
+_READ_CHECK = 0.1  # seconds between the LISTEN reader's checks of its own stop flag (each worker's stop waits on it)
 _MAX_BACKOFF = 30.0
 
 
@@ -172,7 +174,7 @@ class _Wakeups:
     def _read(self) -> None:
         try:
             while not self._closing.is_set():
-                for _ in self._conn.notifies(timeout=_WAKE_CHECK):
+                for _ in self._conn.notifies(timeout=_READ_CHECK):
                     self._came.set()
         except Exception as exc:  # the connection lost: the worker thread reconnects when it next waits
             self._error = exc
@@ -183,7 +185,8 @@ class _Wakeups:
         that comes while the caller drains wakes the next call at once: its row may have been committed after the
         drain's last claim."""
         came = self._came.wait(timeout)
-        self._came.clear()
+        if came:  # cleared only then: one set after a timed-out wait is left for the next call, not wiped
+            self._came.clear()
         if self._error is not None:
             raise self._error
         return came

@@ -27,6 +27,13 @@ def _chunks_hnsw(dsn: str) -> str | None:
     return row[0] if row else None
 
 
+def _notify_payload(dsn: str) -> str:
+    """The payload expression of the queue's NOTIFY (`connector.notify_pending`)."""
+    with psycopg.connect(dsn) as conn:
+        body = conn.execute("SELECT prosrc FROM pg_proc WHERE oid = 'connector.notify_pending'::regproc").fetchone()[0]
+    return body.split("pg_notify(", 1)[1].split(",", 1)[1].rsplit(")", 1)[0].strip()
+
+
 def test_upgrade_downgrade_upgrade(dsn: str) -> None:
     migrate(dsn, 384, "0014")
     index = _chunks_hnsw(dsn)
@@ -34,8 +41,10 @@ def test_upgrade_downgrade_upgrade(dsn: str) -> None:
     migrate(dsn, 384)
     assert tables(dsn) == TABLES
     assert _chunks_hnsw(dsn) is None, "0015: an empty table has no HNSW index until it is large (build_vector_index)"
+    assert _notify_payload(dsn) == "''", "0016: one notification per transaction (a payload every row shares)"
     migrate(dsn, 384, "0014", downgrade=True)
     assert "hnsw" in (_chunks_hnsw(dsn) or ""), "down from 0015: the index is back"
+    assert _notify_payload(dsn) == "NEW.id::text", "down from 0016: the row's id again"
     migrate(dsn, 384)
     with psycopg.connect(dsn) as conn:
         dim = conn.execute(

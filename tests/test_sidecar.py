@@ -142,6 +142,38 @@ def test_rows_inserted_in_sql_become_chunks(sidecar, migrated_dsn: str) -> None:
         assert_consistent(conn)
 
 
+def test_a_flood_of_notifications_during_a_drain_holds_no_snapshot(sidecar, migrated_dsn: str) -> None:
+    """While the workers drain a burst, notifications keep coming (other writers, other channels' habits): each
+    worker's LISTEN connection is read as they come, so its server process never waits inside a transaction, holding
+    back the database's xmin horizon (vacuum, and the queue index's dead entries) until the drain ends."""
+    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO connector.documents (source_key, content) "
+            "SELECT 'burst/' || g, 'Row ' || g || '. ' || repeat('A sentence about queues and workers. ', 30) "
+            "FROM generate_series(1, 6000) g"
+        )
+        wait_for(lambda: conn.execute("SELECT count(*) FROM connector.documents WHERE status = 'done'").fetchone()[0],
+                 what="the drain to start")  # fmt: skip
+        # 40,000 distinct payloads (Postgres folds only identical ones): over a megabyte for each listener, several
+        # times what a Unix socket's buffer holds (the test server's connections are local).
+        conn.execute("SELECT count(pg_notify('connector_documents', g::text)) FROM generate_series(1, 40000) g")
+        listeners = "SELECT pid, backend_xmin::text FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
+        wait_for(lambda: len(conn.execute(listeners).fetchall()) == 2, what="both workers' LISTEN connections")
+
+        def none_held() -> bool:
+            return all(xmin is None for _, xmin in conn.execute(listeners).fetchall())
+
+        wait_for(none_held, timeout=10, what="the listening backends to hold no snapshot")
+        pending = conn.execute("SELECT count(*) FROM connector.documents WHERE status <> 'done'").fetchone()[0]
+        # (Unread, their backends hold one until the drain ends: then this is 0.)
+        assert pending > 0, "no snapshot held only once the drain was over (or the burst was too short to tell)"
+        time.sleep(1.0)
+        assert none_held()
+        wait_for(lambda: conn.execute("SELECT count(*) FROM connector.documents WHERE status <> 'done'").fetchone()[0]
+                 == 0, timeout=120, what="the burst to be done")  # fmt: skip
+        assert_consistent(conn)
+
+
 def test_run_with_the_embedded_server_keeps_data_and_stops_it(tmp_path: Path, start_process) -> None:
     """What `make run` does: no DSN, so the embedded Postgres starts in the data dir and stops with the sidecar."""
     inbox = tmp_path / "inbox"

@@ -14,8 +14,8 @@ from connector.settings import NOTIFY_CHANNEL
 from connector.sidecar import _Wakeups
 from tests.conftest import wait_for
 
-# Distinct payloads, so that Postgres cannot fold them: ~40 bytes each on the wire, several times what a socket's
-# buffer holds.
+# Distinct payloads, so that Postgres cannot fold them: ~40 bytes each on the wire, over a megabyte in all, several
+# times what a local (Unix) socket's buffer holds, where the test server is reached.
 FLOOD = f"SELECT count(pg_notify('{NOTIFY_CHANNEL}', g::text)) FROM generate_series(1, 40000) g"
 
 
@@ -77,10 +77,10 @@ def test_a_lost_listen_connection_is_raised_to_the_worker_and_its_thread_ends(mi
     with (
         psycopg.connect(migrated_dsn, autocommit=True) as admin,
         psycopg.connect(migrated_dsn, autocommit=True) as listen,
+        _Wakeups(listen, "test-listen") as wakeups,
     ):
-        with _Wakeups(listen, "test-listen") as wakeups:
-            assert not wakeups.wait(0.2)
-            admin.execute("SELECT pg_terminate_backend(%s)", (listen.info.backend_pid,))
-            with pytest.raises(psycopg.OperationalError):
-                wakeups.wait(10)
+        assert not wakeups.wait(0.2)
+        admin.execute("SELECT pg_terminate_backend(%s)", (listen.info.backend_pid,))
+        with pytest.raises(psycopg.OperationalError):
+            wakeups.wait(10)
     assert set(threading.enumerate()) <= before, "the reader thread is gone"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import psycopg
 
-# The oldest such row, which the planner reads off the queue's partial index (migration 0001) without touching the
-# table. Polled every 20 ms, a count(*) (or an EXISTS, which the planner ran as a scan of the table) cost the
+# The oldest such row, read off the queue's partial index (migration 0001): it stops at the first entry still live.
+# Polled every 20 ms, a count(*) of the queue (or an EXISTS, which the planner ran as a scan of the table) cost the
 # database a tenth of a core, taken from the workers being measured.
 PENDING = "SELECT id FROM connector.documents WHERE status IN ('pending', 'processing') ORDER BY id LIMIT 1"
 
