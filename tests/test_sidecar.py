@@ -157,7 +157,10 @@ def test_a_flood_of_notifications_during_a_drain_holds_no_snapshot(sidecar, migr
         # 40,000 distinct payloads (Postgres folds only identical ones): over a megabyte for each listener, several
         # times what a Unix socket's buffer holds (the test server's connections are local).
         conn.execute("SELECT count(pg_notify('connector_documents', g::text)) FROM generate_series(1, 40000) g")
-        listeners = "SELECT pid, backend_xmin::text FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
+        listeners = (
+            "SELECT pid, backend_xmin::text FROM pg_stat_activity "
+            "WHERE query LIKE 'LISTEN%' AND datname = current_database()"  # this test's database: a shared server too
+        )
         wait_for(lambda: len(conn.execute(listeners).fetchall()) == 2, what="both workers' LISTEN connections")
 
         def none_held() -> bool:
