@@ -33,6 +33,11 @@ class TransientError(ConnectorError):
     """Worth retrying: the failure was not caused by the document."""
 
 
+class ConnectionLostBeforeWrite(TransientError):
+    """The database connection was found lost as a write began, before any of it was sent: the outage is not the
+    documents' doing, and none of them is charged a try for it."""
+
+
 class FatalError(ConnectorError):
     """Stop the process: continuing would write wrong or inconsistent data."""
 

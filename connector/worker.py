@@ -35,7 +35,7 @@ import psycopg
 
 from connector import secrets
 from connector.db.store import ClaimedRow, Store
-from connector.errors import DocumentError, FatalError, TransientError
+from connector.errors import ConnectionLostBeforeWrite, DocumentError, FatalError, TransientError
 from connector.models import Outcome, SourceDocument
 from connector.pipeline import Chosen, Pipeline
 
@@ -265,6 +265,8 @@ class Worker:
                 written = self.store.write_many([(r.row, r.source, o) for r, o in zip(ready, outcomes, strict=True)])
         except FatalError as exc:
             return self._all_failed(ready, exc)
+        except ConnectionLostBeforeWrite:
+            raise  # the rows go back as they were when this worker reconnects: none is a suspect
         except Exception as exc:
             if isinstance(exc, psycopg.OperationalError) and self.store.conn.broken:
                 # One of them may be what ended the connection: the reconnecting thread abandons these (each is

@@ -15,6 +15,7 @@ import yaml
 from connector.db.database import connect, ensure_embedding_model
 from connector.db.store import Store
 from connector.embedders.fake import FakeEmbedder
+from connector.errors import TransientError
 from connector.pipeline import Pipeline
 from connector.settings import EmbedSettings, Settings
 from connector.worker import Worker
@@ -98,6 +99,20 @@ def test_the_byte_cap_bounds_a_batch_but_never_refuses_its_first_row(settings: S
         assert len(store.claim_batch(60, "a", (), 32, 1)) == 1, "one row over the cap is still a batch"
         assert len(store.claim_batch(60, "b", (), 32, sizes[1] + sizes[2])) == 2
         assert len(store.claim_batch(60, "c", (), 32, 10**9)) == 3, "what is left"
+
+
+def test_the_byte_cap_counts_every_content_column_a_claim_fetches(settings: Settings) -> None:
+    """A row may hold both content columns (an empty `content_bytes` beside its text, say): the claim returns both,
+    so both count. Counting the first non-NULL one took 20 rows of 3 MB under a 4 MB cap."""
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        ids = _insert(conn, 20)
+        conn.execute("UPDATE connector.documents SET content = repeat('x', 3000000), content_bytes = ''::bytea")
+        conn.execute("UPDATE connector.documents SET content_bytes = convert_to(content, 'UTF8'), content = 'y' "
+                     "WHERE id = %s", (ids[1],))  # fmt: skip
+        store = Store(conn)
+        assert [r.id for r in store.claim_batch(60, "a", (), 32, 4_000_000)] == ids[:1]
+        assert [r.id for r in store.claim_batch(60, "b", (), 32, 4_000_000)] == ids[1:2], "bytes and text both"
+        assert len(store.claim_batch(60, "c", (), 32, 7_000_000)) == 2
 
 
 def test_a_row_claimed_again_meanwhile_is_dropped_from_the_batch_and_the_rest_is_written(settings: Settings) -> None:
@@ -223,6 +238,43 @@ def test_a_batch_is_embedded_in_one_request_an_endpoint_down_requeues_it_and_a_r
             assert_consistent(conn)
         finally:
             close(model)
+
+
+class OutageWhileEmbedding(Pipeline):
+    """The real pipeline, but the database ends the worker's connection while the batch is being embedded: the
+    outage lands while the worker is busy elsewhere, before its write begins."""
+
+    def __init__(self, *args, admin: psycopg.Connection, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.admin = admin
+        self.backend: int | None = None
+
+    def embed(self, chosen):
+        self.admin.execute("SELECT pg_terminate_backend(%s)", (self.backend,))
+        return super().embed(chosen)
+
+
+def test_a_connection_lost_before_the_write_costs_the_batch_no_try(settings: Settings) -> None:
+    """Only the rows being written when the connection died are suspects (each claimed again alone, a try counted):
+    the write itself may have ended it. An outage found at the write's BEGIN, before any of it was sent, used to be
+    charged to the whole batch as well."""
+    dsn = settings.dsn.get_secret_value()
+    with connect(dsn, autocommit=True) as admin, connect(dsn, autocommit=True) as conn:
+        ids = _insert(admin, 6)
+        pipeline = OutageWhileEmbedding(settings, FakeEmbedder(), admin=admin)
+        pipeline.backend = conn.info.backend_pid
+        worker = Worker(conn, pipeline, [], name="w")
+        with pytest.raises(TransientError, match="lost before a write"):
+            worker.drain(threading.Event())
+        assert worker.lost_while_writing == [], "no row was being written"
+    with connect(dsn, autocommit=True) as conn:  # as the sidecar does on reconnecting
+        assert Store(conn).release_mine("w", worker.lost_while_writing, "lost") == 6
+        rows = conn.execute("SELECT status, retries, claimed_by FROM connector.documents WHERE id = ANY(%s)",
+                            (ids,)).fetchall()  # fmt: skip
+        assert rows == [("pending", 0, None)] * 6
+        assert Worker(conn, Pipeline(settings, FakeEmbedder()), []).drain(threading.Event()) == 6
+        assert _status(conn) == {"done": 6}
+        assert_consistent(conn)
 
 
 def test_a_row_whose_worker_died_is_claimed_alone(settings: Settings) -> None:

@@ -108,7 +108,9 @@ RETURNING {_CLAIMED_COLUMNS}, retries
 # Rows left out were locked by the subquery only until this statement's transaction ends.
 CLAIM_BATCH = f"""
 WITH candidates AS (
-    SELECT id, coalesce(octet_length(content_bytes), octet_length(content), file_size, 0) AS bytes,
+    -- What the claim brings into memory: both content columns (it returns both), or the file the worker reads.
+    SELECT id, coalesce(octet_length(content_bytes), 0) + coalesce(octet_length(content), 0) + coalesce(file_size, 0)
+               AS bytes,
            status = 'processing' AS abandoned
     FROM connector.documents
     WHERE ((status = 'pending' AND (retry_after IS NULL OR retry_after <= now()))

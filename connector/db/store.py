@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from connector.db.rows import (
     StoredCandidate,
     StrategyMeans,
 )
-from connector.errors import DocumentError
+from connector.errors import ConnectionLostBeforeWrite, DocumentError
 from connector.models import Block, Outcome, SourceDocument
 from connector.sources.files import NotRegularFile, TooLarge, read_regular
 
@@ -262,8 +263,15 @@ class Store:
         """`write` for a batch of documents in one transaction and a dozen statements, whatever the batch's size:
         one commit, one COPY of all chunks. Per document, False where the row is no longer ours (that one is left
         alone, the others are written). A statement that fails fails the whole batch: nothing is written (the
-        caller then writes the documents one by one, so that only the culprit fails)."""
-        with self.conn.transaction():
+        caller then writes the documents one by one, so that only the culprit fails). A connection found lost at
+        the transaction's start (an outage while the worker was busy elsewhere) is `ConnectionLostBeforeWrite`."""
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(self.conn.transaction())
+            except psycopg.OperationalError as exc:  # its BEGIN failed: nothing of the write was sent
+                if self.conn.broken:
+                    raise ConnectionLostBeforeWrite(f"the database connection was lost before a write: {exc}") from exc
+                raise
             models = {outcome.model for _, _, outcome in items if outcome.model is not None}
             if models:  # no switch of models while this runs; and none happened since the start
                 current = embeddings.hold_shared(self.conn)
