@@ -261,6 +261,8 @@ def run(
                 console.print("stopped before starting")
                 return
             if not once:
+                if not no_watch:  # "drop files into" it must be true as soon as it is said (the watcher makes it too)
+                    settings.watch_dir.mkdir(parents=True, exist_ok=True)
                 where = "rows of connector.documents" if no_watch else f"files into {settings.watch_dir.resolve()}"
                 # one write: a reader that sees "running" also sees how to query (CI once read between two prints)
                 console.print(
