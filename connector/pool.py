@@ -9,10 +9,9 @@ between documents.
 
 A pool process that dies (killed, out of memory, a crash in a native library) breaks the whole pool:
 `ProcessPoolExecutor` fails every document in flight with `BrokenProcessPool`, and the next submission starts a fresh
-pool. Nobody can tell which of the documents its processes had taken killed it, so the worker treats each of those as
-if the sidecar had died holding it (`Store.abandon`): claimed again alone, the death counting as a try, and run alone
-in the pool (a suspect: see `CpuPool.submit`). The culprit fails after `max_attempts`; the others go through. Those no
-process had taken yet go to the next pool instead (`CpuPool._dispatch`).
+pool. Nobody can tell which document killed it, so the worker treats each of those documents as if the sidecar had
+died holding it (`Store.abandon`): claimed again alone, the death counting as a try, and run alone in the pool (a
+suspect: see `CpuPool.submit`). The culprit fails after `max_attempts`; the others go through.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 from connector.errors import ConnectorError, FatalError, TransientError
@@ -85,9 +85,6 @@ class CpuPool:
         self._shared = 0  # documents in flight side by side
         self._alone: str | None = None  # the source key of the suspect in flight, if one is
         self._suspects_waiting = 0
-        # Each pool's tasks not yet done, and, once it broke, those none of its processes had taken (see `_dispatch`).
-        self._queued: dict[ProcessPoolExecutor, set[Future]] = {}
-        self._unstarted: dict[ProcessPoolExecutor, set[Future]] = {}
 
     def submit(
         self, source: SourceDocument, alone: bool = False, while_waiting: Callable[[], None] = lambda: None
@@ -101,10 +98,8 @@ class CpuPool:
         wait can be long (a big document): `while_waiting` is called every second of it (the worker renews its
         leases)."""
         self._enter(alone, source.source_key, while_waiting)
-        future: Future = Future()
-        future.set_running_or_notify_cancel()  # running: not to be cancelled by anyone (see the worker's NOTE)
         try:
-            self._dispatch(_choose, source, lambda task: _resolve(task, [future], many=False))
+            future = self._submit(_choose, source)
         except BaseException:
             self._leave(alone)
             raise
@@ -155,61 +150,20 @@ class CpuPool:
         still gets its own future and its own outcome: one that raises fails alone; a pool process that dies fails
         the whole group with `BrokenProcessPool`, as it fails every document in flight."""
         self._enter(False, sources[0].source_key, while_waiting, count=len(sources))
-        futures: list[Future] = [Future() for _ in sources]
-        for future in futures:
-            future.set_running_or_notify_cancel()  # running: not to be cancelled by anyone (see the worker's NOTE)
         try:
-            self._dispatch(_choose_many, sources, lambda task: _resolve(task, futures, many=True))
+            task = self._submit(_choose_many, sources)
         except BaseException:
             for _ in sources:
                 self._leave(False)
             raise
+        futures: list[Future] = [Future() for _ in sources]
         for future in futures:
+            future.set_running_or_notify_cancel()  # running: not to be cancelled by anyone (see the worker's NOTE)
             future.add_done_callback(lambda _: self._leave(False))
+        task.add_done_callback(lambda done: _resolve(done, futures))
         return futures
 
-    def _dispatch(self, fn: Callable, arg, on_done: Callable[[Future], None]) -> None:
-        """Run `fn(arg)` in a pool process; `on_done(task)` once it is done. When a pool process dies, the pool's
-        tasks fail with `BrokenProcessPool`, and their documents are suspects (see the module's docstring). But a
-        task that none of its processes had taken yet (still in the executor's own queue, behind the few handed to
-        the processes) cannot have killed one: it is submitted again to the next pool, its documents none the wiser.
-        (Before, one death cost a try to every document of both worker threads in flight, 30 and more.)"""
-        task, executor = self._submit(fn, arg)
-        with self._lock:
-            self._queued.setdefault(executor, set()).add(task)
-
-        def done(task: Future) -> None:
-            unstarted = self._never_taken(executor, task)
-            with self._lock:
-                self._queued[executor].discard(task)
-                if not self._queued[executor] and executor is not self._executor:
-                    del self._queued[executor]
-                    self._unstarted.pop(executor, None)
-            if unstarted:
-                try:
-                    self._dispatch(fn, arg, on_done)
-                    return
-                except ConnectorError:  # the pool is stopped (the sidecar is leaving): failed as before
-                    pass
-            on_done(task)
-
-        task.add_done_callback(done)
-
-    def _never_taken(self, executor: ProcessPoolExecutor, task: Future) -> bool:
-        """Whether `task` failed because `executor` broke before any of its processes took it. The executor fails
-        its tasks one by one, each calling back as it fails: at the first call, those not failed yet still say
-        whether they were handed to a process (running) or not (pending). That first one, whose state is gone, and
-        any task that cannot be told (a Python that failed them all before calling back) count as taken."""
-        if task.cancelled() or not isinstance(task.exception(), BrokenProcessPool):
-            return False
-        with self._lock:
-            unstarted = self._unstarted.get(executor)
-            if unstarted is None:
-                queued = self._queued.get(executor, set())
-                unstarted = self._unstarted[executor] = {t for t in queued if not t.running() and not t.done()}
-            return task in unstarted
-
-    def _submit(self, fn: Callable, arg) -> tuple[Future, ProcessPoolExecutor]:
+    def _submit(self, fn: Callable, arg) -> Future:
         for _ in range(2):
             executor = self._current()
             try:
@@ -223,7 +177,7 @@ class CpuPool:
             except RuntimeError as exc:  # "cannot schedule new futures after shutdown": closed meanwhile
                 raise TransientError("the CPU pool is stopped (the sidecar is shutting down)") from exc
             future.add_done_callback(lambda f, ex=executor: self._check(f, ex))
-            return future, executor
+            return future
         raise TransientError("the CPU pool broke twice in a row while starting its processes")
 
     def _current(self) -> ProcessPoolExecutor:
@@ -368,6 +322,9 @@ def _spawning():
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
+    # multiprocessing's resource tracker is started (again, if it died) before each process: starting it, it unblocks
+    # SIGTERM in the calling thread. Started here first, it is found running there.
+    resource_tracker.ensure_running()
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         yield
@@ -466,19 +423,15 @@ def _choose_many(sources: list[SourceDocument]) -> list[tuple[bool, object]]:
     return out
 
 
-def _resolve(task: Future, futures: list[Future], many: bool) -> None:
-    """Each document's future from its task (`many`: a group's, whose result holds each document's own result or
-    error): the task's error for all of them when the task failed."""
-    if task.cancelled():  # the pool was shut down before the task started
+def _resolve(task: Future, futures: list[Future]) -> None:
+    """Each document's future from its group's task: its own result or error, or the task's error for all."""
+    if task.cancelled():  # the pool was shut down before the group started
         error: BaseException | None = CancelledError()
     else:
         error = task.exception()
     if error is not None:
         for future in futures:
             future.set_exception(error)
-        return
-    if not many:
-        futures[0].set_result(task.result())
         return
     for future, (ok, value) in zip(futures, task.result(), strict=True):
         if ok:

@@ -496,6 +496,8 @@ class Worker:
                 settle(0)
                 if ready:
                     flush()
+                if stop.is_set():  # stopped meanwhile: the long one is not started (it goes back below)
+                    break
             elif row.abandoned:  # a suspect goes alone: the group before it goes first
                 ship()
             loaded = self.load(row)

@@ -204,18 +204,18 @@ def test_a_group_resolves_each_document_on_its_own() -> None:
     task: Future = Future()
     task.set_result([(True, "a"), (False, DocumentError("bad")), (True, "c")])
     futures = group(3)
-    _resolve(task, futures, many=True)
+    _resolve(task, futures)
     assert futures[0].result() == "a" and futures[2].result() == "c"
     assert isinstance(futures[1].exception(), DocumentError)
     task = Future()
     task.set_exception(BrokenProcessPool("a process died"))
     futures = group(2)
-    _resolve(task, futures, many=True)
+    _resolve(task, futures)
     assert all(isinstance(f.exception(), BrokenProcessPool) for f in futures)
     task = Future()
     task.cancel()  # the pool shut down before the group started
     futures = group(2)
-    _resolve(task, futures, many=True)
+    _resolve(task, futures)
     for f in futures:
         with pytest.raises(CancelledError):
             f.result()
@@ -561,34 +561,4 @@ def test_stopped_mid_batch_the_rows_never_started_go_back_at_once_and_the_finish
         assert all(rows[i][1] is None for i in back), "handed back: nobody holds them"
         assert max(rows[i][2] for i in back) < min(rows[i][3] for i in written), "handed back before any write"
         assert set(results) == set(written), "the rows handed back are not reported as processed"
-        assert_consistent(conn)
-
-
-def test_a_pool_death_costs_a_try_only_to_documents_a_process_had_taken(settings, pool) -> None:
-    """Both pool processes busy with a group of slow rows, a third group handed over behind them, a fourth still in
-    the executor's own queue: one process is killed. The documents of the first three groups are suspects (each
-    claimed again alone, a try counted); the fourth group was never taken by a process, so it runs in the next pool
-    as if nothing happened. Before, every document in flight was a suspect."""
-    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
-        ids = _insert(conn, 32)
-        _insert_slow(conn, ids[:8])
-        pool.warm()  # both processes up with their models: neither takes what the other would
-        pipeline = Pipeline(settings.model_copy(update={"batch_size": 32}), FakeEmbedder(), pool=pool)
-        worker = Worker(conn, pipeline, [])
-        stop = threading.Event()
-        thread = threading.Thread(target=lambda: [worker.drain(stop) for _ in range(40) if not stop.is_set()])
-        thread.start()
-        try:
-            wait_for(lambda: pool.tasks >= 4, timeout=60, what="four groups handed to the pool")
-            time.sleep(0.2)
-            os.kill(pool.pids()[0], signal.SIGKILL)
-            with connect(settings.dsn.get_secret_value(), autocommit=True) as check:
-                wait_for(lambda: _status(check) == {"done": 32}, timeout=240, what="every row done")
-        finally:
-            stop.set()
-            thread.join(60)
-        attempts = dict(conn.execute("SELECT id, attempts FROM connector.documents").fetchall())
-        assert pool.restarts == 1
-        assert all(attempts[i] == 2 for i in ids[:12]), "handed to a process: claimed again alone"
-        assert all(attempts[i] == 1 for i in ids[12:]), "never taken by a process: done on their first claim"
         assert_consistent(conn)
