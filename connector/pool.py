@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from multiprocessing import resource_tracker
 from pathlib import Path
 
 from connector.errors import ConnectorError, FatalError, TransientError
@@ -167,8 +166,7 @@ class CpuPool:
         for _ in range(2):
             executor = self._current()
             try:
-                with _spawning():
-                    future = executor.submit(fn, arg)
+                future = executor.submit(fn, arg)
                 with self._lock:
                     self.tasks += 1
             except BrokenProcessPool:  # broke since it was handed out: once more, on a fresh one
@@ -204,11 +202,6 @@ class CpuPool:
             self._executor = None
             self.restarts += 1
         log.warning("a CPU pool process died; the documents it had in flight go back to the queue, one by one")
-        # What the dead process leaves behind may be stuck for good (see `exit_when_torn_down`), and everything it
-        # was running has failed already: the processes left are killed, not waited for.
-        for process in list((getattr(broken, "_processes", None) or {}).values()):
-            with contextlib.suppress(Exception):
-                process.kill()
         broken.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
@@ -233,9 +226,7 @@ class CpuPool:
         deadline = time.monotonic() + timeout
         while len(ready) < self.processes and time.monotonic() < deadline:
             executor = self._current()
-            with _spawning():
-                started = [executor.submit(_ready) for _ in range(4 * self.processes)]
-            ready |= {f.result() for f in started}
+            ready |= {f.result() for f in [executor.submit(_ready) for _ in range(4 * self.processes)]}
 
     @property
     def running_alone(self) -> str | None:
@@ -285,53 +276,6 @@ def numpy_on_one_thread() -> None:
     ThreadpoolController().select(internal_api="openblas").limit(limits=1)
 
 
-def exit_when_torn_down(parent: int) -> None:
-    """In a pool process: ignore a SIGTERM from anyone but the sidecar that started it, and exit at once on one from
-    the sidecar.
-
-    Ctrl-C reaches the whole process group, and so does a SIGTERM sent to it (systemd's default): the sidecar
-    decides what stops and when, not its pool. But the sidecar sends one too: when a pool process dies, Python's
-    `ProcessPoolExecutor` tears the broken pool down by sending SIGTERM to the processes left, then waits for each
-    to exit. One that ignored it stayed behind for good (a result it was sending nobody reads; or waiting for a
-    queue lock the dead one held), with the executor's thread waiting on it, so the sidecar could no longer stop and
-    each death left one more process.
-
-    So one thread reads SIGTERM (`sigwaitinfo`, which tells who sent it) while every other thread blocks it. They
-    all must, or the kernel hands the signal to one that does not (which dies of it): the process was started with
-    SIGTERM blocked (`_spawning`), before any thread of its imports (OpenBLAS starts some) existed, and threads inherit
-    their creator's mask. A process that did not start that way (or a platform without `sigwaitinfo`: macOS) ignores
-    SIGTERM, as before; `CpuPool._replace` then kills what a broken pool leaves once its documents have failed."""
-    inherited = hasattr(signal, "sigwaitinfo") and signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    if not inherited:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        return
-
-    def watch() -> None:
-        while True:
-            if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
-                os._exit(128 + signal.SIGTERM)
-
-    threading.Thread(target=watch, name="teardown-watch", daemon=True).start()
-
-
-@contextlib.contextmanager
-def _spawning():
-    """Around a call that may start pool processes (`ProcessPoolExecutor.submit` starts them all with its first
-    task): SIGTERM blocked in this thread, a mask that they inherit through fork and exec (see
-    `exit_when_torn_down`). A SIGTERM sent to the sidecar meanwhile waits, or goes to another of its threads."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    # multiprocessing's resource tracker is started (again, if it died) before each process: starting it, it unblocks
-    # SIGTERM in the calling thread. Started here first, it is found running there.
-    resource_tracker.ensure_running()
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
 def exit_with_parent(parent: int) -> None:
     """In a pool process: exit as soon as the sidecar that started it is gone (killed with SIGKILL, say), so no
     pool process (nor the resource tracker, which lives as long as any of them) is left running under init."""
@@ -352,11 +296,10 @@ _settings: Settings | None = None
 
 def _start(settings: Settings, parent: int) -> None:
     global _settings
-    # Ctrl-C reaches the whole process group: the sidecar decides what stops and when, not its pool (SIGTERM: see
-    # `exit_when_torn_down`, first, so that every thread of this process starts with it blocked). A SIGKILLed sidecar
-    # is noticed by `exit_with_parent`.
-    exit_when_torn_down(parent)
+    # Ctrl-C reaches the whole process group, and so does a SIGTERM sent to it (systemd's default): the sidecar
+    # decides what stops and when, not its pool. A SIGKILLed sidecar is noticed by `exit_with_parent`.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exit_with_parent(parent)
     from connector import allocator, secrets
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
-import string
 import threading
 import time
 
@@ -22,7 +20,7 @@ from connector.pipeline import Pipeline
 from connector.pool import CpuPool, size_of, usable_cores
 from connector.settings import Settings
 from connector.worker import Worker
-from tests.conftest import FIXTURES, wait_for
+from tests.conftest import FIXTURES
 from tests.dbchecks import assert_consistent
 from tests.test_batches import CorruptingPipeline, _insert, _spoil, _status
 
@@ -493,72 +491,3 @@ def test_a_chosen_document_crosses_processes_with_every_field_of_every_object(tm
     assert [dataclasses.astuple(s) for s in again.scored] == [dataclasses.astuple(s) for s in chosen.scored]
     assert dataclasses.astuple(again.winner) == dataclasses.astuple(chosen.winner)
     assert len(chosen.document.blocks) > 10 and any(len(s.candidate.chunks) > 3 for s in chosen.scored)
-
-
-def _slow_row(i: int) -> str:
-    """A short row (under 20 KB) that takes a pool process a few tenths of a second, where a row of prose takes
-    milliseconds: one 19,000-letter word, which the BPE tokenizer merges slowly."""
-    rng = random.Random(i)
-    return "".join(rng.choice(string.ascii_letters) for _ in range(19_000))
-
-
-def _insert_slow(conn: psycopg.Connection, ids: list[int]) -> None:
-    for doc_id in ids:
-        conn.execute("UPDATE connector.documents SET content = %s WHERE id = %s", (_slow_row(doc_id), doc_id))
-
-
-def test_a_slow_document_holds_up_none_of_those_finished_behind_it(settings, pool, monkeypatch) -> None:
-    """The worker used to wait for the documents in flight oldest first: rows finished behind a slow one waited for
-    it, however long it took, and their write with them (the second pool process meanwhile idle). Now each is taken
-    as it finishes and written once the first has waited FLUSH_SECONDS."""
-    import connector.worker
-
-    monkeypatch.setattr(connector.worker, "FLUSH_SECONDS", 0.05)
-    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
-        ids = _insert(conn, 12)
-        _insert_slow(conn, ids[:1])  # its group of four (rows 1-4) runs in one process, rows 5-12 in the other
-        pool.warm()  # both processes up with their models: neither takes what the other would
-        pipeline = Pipeline(settings.model_copy(update={"batch_size": 12}), FakeEmbedder(), pool=pool)
-        assert Worker(conn, pipeline, []).drain(threading.Event()) == 12
-        assert _status(conn) == {"done": 12}
-        at = dict(conn.execute("SELECT id, processed_at FROM connector.documents").fetchall())
-        assert max(at[i] for i in ids[4:]) < at[ids[0]], "rows 5-12 were committed before the slow row was"
-        assert_consistent(conn)
-
-
-def test_stopped_mid_batch_the_rows_never_started_go_back_at_once_and_the_finished_are_written(
-    settings, pool, monkeypatch
-) -> None:
-    """Stopped while both pool processes are busy with slow rows, the worker hands back the rows it never handed to
-    the pool at once (it used to hold them, leases renewed, until the rows in flight were done: the whole grace
-    period), then writes each row in flight as it finishes."""
-    import connector.worker
-
-    monkeypatch.setattr(connector.worker, "FLUSH_SECONDS", 3600.0)  # only stopping writes before the batch's end
-    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
-        ids = _insert(conn, 32)
-        _insert_slow(conn, ids[:8])  # two groups of four slow rows: each pool process has one
-        pool.warm()  # both processes up with their models: neither takes what the other would
-        pipeline = Pipeline(settings.model_copy(update={"batch_size": 32}), FakeEmbedder(), pool=pool)
-        worker = Worker(conn, pipeline, [])
-        stop = threading.Event()
-        results: dict[int, str] = {}
-        done = threading.Thread(target=worker.drain, args=(stop, lambda row, r: results.__setitem__(row.id, r)))
-        done.start()
-        try:
-            # The worker keeps 16 rows in flight: rows 17-32 wait for room while the slow groups run.
-            wait_for(lambda: pool.tasks >= 4, timeout=60, what="four groups handed to the pool")
-            stop.set()
-        finally:
-            done.join(120)
-        with connect(settings.dsn.get_secret_value(), autocommit=True) as check:
-            found = check.execute("SELECT id, status, claimed_by, updated_at, processed_at FROM connector.documents")
-            rows = {doc_id: rest for doc_id, *rest in found}
-        back = [i for i in ids if rows[i][0] == "pending"]
-        written = [i for i in ids if rows[i][0] == "done"]
-        assert back and written and len(back) + len(written) == 32, rows
-        assert ids[:8] == written[:8], "what was in the pool when the worker stopped was written"
-        assert all(rows[i][1] is None for i in back), "handed back: nobody holds them"
-        assert max(rows[i][2] for i in back) < min(rows[i][3] for i in written), "handed back before any write"
-        assert set(results) == set(written), "the rows handed back are not reported as processed"
-        assert_consistent(conn)
