@@ -25,9 +25,11 @@ import pickle
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable
-from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, InvalidStateError, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 from connector.errors import ConnectorError, FatalError, TransientError
@@ -64,6 +66,7 @@ def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
 
 
 SUSPECT_WAIT_S = 120.0
+REAP_WAIT_S = 10.0  # how long a broken pool's executor thread has to fail its tasks (`CpuPool._reap`)
 GROUP = 4  # short documents a pool process takes as one task (`CpuPool.submit_many`)
 
 
@@ -84,6 +87,9 @@ class CpuPool:
         self._shared = 0  # documents in flight side by side
         self._alone: str | None = None  # the source key of the suspect in flight, if one is
         self._suspects_waiting = 0
+        # The tasks each pool has not answered yet: a pool that breaks may lose some for good (see `_reap`).
+        self._unanswered: dict[ProcessPoolExecutor, set[Future]] = {}
+        self._reaped: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()
 
     def submit(
         self, source: SourceDocument, alone: bool = False, while_waiting: Callable[[], None] = lambda: None
@@ -166,15 +172,25 @@ class CpuPool:
         for _ in range(2):
             executor = self._current()
             try:
-                future = executor.submit(fn, arg)
+                with _spawning():
+                    future = executor.submit(fn, arg)
                 with self._lock:
                     self.tasks += 1
+                    lost = executor in self._reaped  # it broke and was reaped while this task went in
+                    if not lost:
+                        self._unanswered.setdefault(executor, set()).add(future)
+                if lost:
+                    _fail(future)
+                elif getattr(executor, "_broken", False):
+                    # It broke while this task went in, maybe too late for the executor to answer it (`_reap`); no
+                    # other task of it need fail to say so.
+                    self._replace(executor)
             except BrokenProcessPool:  # broke since it was handed out: once more, on a fresh one
                 self._replace(executor)
                 continue
             except RuntimeError as exc:  # "cannot schedule new futures after shutdown": closed meanwhile
                 raise TransientError("the CPU pool is stopped (the sidecar is shutting down)") from exc
-            future.add_done_callback(lambda f, ex=executor: self._check(f, ex))
+            future.add_done_callback(lambda f, ex=executor: self._answered(f, ex))
             return future
         raise TransientError("the CPU pool broke twice in a row while starting its processes")
 
@@ -191,7 +207,13 @@ class CpuPool:
                 )  # fmt: skip
             return self._executor
 
-    def _check(self, future: Future, executor: ProcessPoolExecutor) -> None:
+    def _answered(self, future: Future, executor: ProcessPoolExecutor) -> None:
+        with self._lock:
+            unanswered = self._unanswered.get(executor)
+            if unanswered is not None:
+                unanswered.discard(future)
+                if not unanswered and executor is not self._executor:
+                    del self._unanswered[executor]
         if not future.cancelled() and isinstance(future.exception(), BrokenProcessPool):
             self._replace(executor)
 
@@ -202,6 +224,32 @@ class CpuPool:
             self._executor = None
             self.restarts += 1
         log.warning("a CPU pool process died; the documents it had in flight go back to the queue, one by one")
+        # What the dead process leaves behind may be stuck for good (see `exit_when_torn_down`), and everything it
+        # was running has failed, or will: the processes left are killed, not waited for.
+        for process in list((getattr(broken, "_processes", None) or {}).values()):
+            with contextlib.suppress(Exception):
+                process.kill()
+        # This runs in the executor's own thread, as it fails the tasks one by one: the rest is left to a thread
+        # that waits for it to finish.
+        threading.Thread(target=self._reap, args=(broken,), name="cpu-pool-reap", daemon=True).start()
+
+    def _reap(self, broken: ProcessPoolExecutor) -> None:
+        """Fail what a broken pool never answered, once its executor's thread is done with it.
+
+        Python 3.11's executor can lose a task when a process dies: a `submit` that checked the pool was whole
+        just before the executor's thread marked it broken adds its task after that thread failed the tasks it
+        had (the task is never answered), or while it fails them, which kills that thread mid-way ("dictionary
+        changed size during iteration": every task after it is never answered, and the processes left are never
+        stopped). A worker would wait for them for good, and the suspects of that death for the pool to empty.
+        Seen in `test_with_two_worker_threads_only_the_document_that_kills_its_process_fails` (2 runs in 10)."""
+        manager = getattr(broken, "_executor_manager_thread", None)
+        if manager is not None and manager is not threading.current_thread():
+            manager.join(timeout=REAP_WAIT_S)  # it fails what it has within milliseconds, then stops
+        with self._lock:
+            left = self._unanswered.pop(broken, set())
+            self._reaped.add(broken)  # a task still going in is failed by `_submit`
+        if lost := sum(_fail(future) for future in left):
+            log.warning("a broken CPU pool lost %d of its tasks; they failed as if in flight at its death", lost)
         broken.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
@@ -226,7 +274,9 @@ class CpuPool:
         deadline = time.monotonic() + timeout
         while len(ready) < self.processes and time.monotonic() < deadline:
             executor = self._current()
-            ready |= {f.result() for f in [executor.submit(_ready) for _ in range(4 * self.processes)]}
+            with _spawning():
+                started = [executor.submit(_ready) for _ in range(4 * self.processes)]
+            ready |= {f.result() for f in started}
 
     @property
     def running_alone(self) -> str | None:
@@ -240,6 +290,15 @@ class CpuPool:
         with self._lock:
             processes = (getattr(self._executor, "_processes", None) or {}) if self._executor else {}
             return [p.pid for p in processes.values()]
+
+
+def _fail(future: Future) -> bool:
+    """Fail a task of a broken pool that its executor will never answer; False if it was answered meanwhile."""
+    try:
+        future.set_exception(BrokenProcessPool("a CPU pool process died; the pool lost this task"))
+    except InvalidStateError:
+        return False
+    return True
 
 
 def kill(executor: ProcessPoolExecutor) -> None:
@@ -276,6 +335,53 @@ def numpy_on_one_thread() -> None:
     ThreadpoolController().select(internal_api="openblas").limit(limits=1)
 
 
+def exit_when_torn_down(parent: int) -> None:
+    """In a pool process: ignore a SIGTERM from anyone but the sidecar that started it, and exit at once on one from
+    the sidecar.
+
+    Ctrl-C reaches the whole process group, and so does a SIGTERM sent to it (systemd's default): the sidecar
+    decides what stops and when, not its pool. But the sidecar sends one too: when a pool process dies, Python's
+    `ProcessPoolExecutor` tears the broken pool down by sending SIGTERM to the processes left, then waits for each
+    to exit. One that ignored it stayed behind for good (a result it was sending nobody reads; or waiting for a
+    queue lock the dead one held), with the executor's thread waiting on it, so the sidecar could no longer stop and
+    each death left one more process.
+
+    So one thread reads SIGTERM (`sigwaitinfo`, which tells who sent it) while every other thread blocks it. They
+    all must, or the kernel hands the signal to one that does not (which dies of it): the process was started with
+    SIGTERM blocked (`_spawning`), before any thread of its imports (OpenBLAS starts some) existed, and threads inherit
+    their creator's mask. A process that did not start that way (or a platform without `sigwaitinfo`: macOS) ignores
+    SIGTERM, as before; `CpuPool._replace` then kills what a broken pool leaves once its documents have failed."""
+    inherited = hasattr(signal, "sigwaitinfo") and signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if not inherited:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        return
+
+    def watch() -> None:
+        while True:
+            if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
+                os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="teardown-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _spawning():
+    """Around a call that may start pool processes (`ProcessPoolExecutor.submit` starts them all with its first
+    task): SIGTERM blocked in this thread, a mask that they inherit through fork and exec (see
+    `exit_when_torn_down`). A SIGTERM sent to the sidecar meanwhile waits, or goes to another of its threads."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    # multiprocessing's resource tracker is started (again, if it died) before each process: starting it, it unblocks
+    # SIGTERM in the calling thread. Started here first, it is found running there.
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def exit_with_parent(parent: int) -> None:
     """In a pool process: exit as soon as the sidecar that started it is gone (killed with SIGKILL, say), so no
     pool process (nor the resource tracker, which lives as long as any of them) is left running under init."""
@@ -296,10 +402,11 @@ _settings: Settings | None = None
 
 def _start(settings: Settings, parent: int) -> None:
     global _settings
-    # Ctrl-C reaches the whole process group, and so does a SIGTERM sent to it (systemd's default): the sidecar
-    # decides what stops and when, not its pool. A SIGKILLed sidecar is noticed by `exit_with_parent`.
+    # Ctrl-C reaches the whole process group: the sidecar decides what stops and when, not its pool (SIGTERM: see
+    # `exit_when_torn_down`, first, so that every thread of this process starts with it blocked). A SIGKILLed sidecar
+    # is noticed by `exit_with_parent`.
+    exit_when_torn_down(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exit_with_parent(parent)
     from connector import allocator, secrets
 

@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent import futures
 from concurrent.futures import CancelledError, Future
 from concurrent.futures.process import BrokenProcessPool
@@ -432,20 +432,37 @@ class Worker:
             ready.clear()
 
         def settle(keep: int) -> None:
-            """Wait for the oldest documents in flight until `keep` are left; write when the oldest finished one
-            has waited long enough."""
+            """Take the documents in flight that have finished, in whatever order they finish (one slow document
+            holds up none of those behind it), until at most `keep` are left, waiting only while none has. The
+            finished ones are written once the first of them has waited FLUSH_SECONDS (also while a slow one still
+            runs), and at once when stopping; stopping, only `settle(0)` waits (for what is in the pool)."""
             nonlocal first_ready
             while len(in_flight) > keep:
-                started, at = in_flight.popleft()
-                finished = self.finish(started)
-                if isinstance(finished, Ready):
-                    if not ready:
-                        first_ready = at
-                    ready.append(finished)
-                else:
-                    report(started.row, finished)
-                if ready and time.monotonic() - first_ready >= FLUSH_SECONDS:
+                if stop.is_set() and keep > 0:  # the rows not yet handed over go back first (end of `_batch`)
+                    return
+                done = [item for item in in_flight if item[0].future.done()]
+                if done:
+                    taken = {id(item) for item in done}
+                    left = [item for item in in_flight if id(item) not in taken]
+                    in_flight.clear()
+                    in_flight.extend(left)
+                for started, at in done:
+                    finished = self.finish(started)
+                    if isinstance(finished, Ready):
+                        if not ready:
+                            first_ready = at
+                        ready.append(finished)
+                    else:
+                        report(started.row, finished)
+                if ready and (stop.is_set() or time.monotonic() - first_ready >= FLUSH_SECONDS):
                     flush()
+                if done:
+                    continue
+                until = min(self._next_beat, first_ready + FLUSH_SECONDS) if ready else self._next_beat
+                # This thread renews the leases while it waits (its connection is idle meanwhile).
+                futures.wait([started.future for started, _ in in_flight], timeout=max(0.0, until - time.monotonic()),
+                             return_when=futures.FIRST_COMPLETED)  # fmt: skip
+                self._beat_if_due()
 
         def ship() -> None:
             """Hand the loaded documents to the pipeline: one pool task for the group."""
@@ -479,6 +496,8 @@ class Worker:
                 settle(0)
                 if ready:
                     flush()
+                if stop.is_set():  # stopped meanwhile: the long one is not started (it goes back below)
+                    break
             elif row.abandoned:  # a suspect goes alone: the group before it goes first
                 ship()
             loaded = self.load(row)
@@ -493,15 +512,18 @@ class Worker:
             # no pool, each is done already.
             settle(self.pipeline.in_flight - group if row.short else 0)
         if not stop.is_set():
-            ship()  # stopped: what was not handed over yet goes back to the queue with the rest (below)
+            ship()
+        else:  # stopped: what was never handed to the pipeline goes back to the queue now, not after the grace
+            self._release_held(but={s.row.id for s, _ in in_flight} | {r.row.id for r in ready})
         settle(0)  # stopped or not: what is in the pool is finished (short documents, or the grace period's)
         if ready:
             flush()
         self._release_held()  # stopped mid-batch: the rest goes straight back to the queue
         return n
 
-    def _release_held(self) -> None:
-        for row in list(self.held):
+    def _release_held(self, but: Collection[int] = ()) -> None:
+        """Hand back the rows in hand (`but` those, in the pipeline still), as they were: no try counted."""
+        for row in [r for r in self.held if r.id not in but]:
             with contextlib.suppress(psycopg.Error):
                 self.store.release(row)
             self._done_with(row)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
+import string
 import threading
 import time
 
@@ -20,7 +22,7 @@ from connector.pipeline import Pipeline
 from connector.pool import CpuPool, size_of, usable_cores
 from connector.settings import Settings
 from connector.worker import Worker
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, wait_for
 from tests.dbchecks import assert_consistent
 from tests.test_batches import CorruptingPipeline, _insert, _spoil, _status
 
@@ -184,6 +186,44 @@ def test_a_suspect_arriving_while_a_group_enters_the_pool_stalls_neither(setting
     assert next(x for x in suspect if not isinstance(x, threading.Thread)).result(timeout=30).winner
     assert time.monotonic() - t0 < 4, "neither waited for the other's deadline"
     assert (pool._shared, pool._alone, pool._suspects_waiting) == (0, None, 0)
+
+
+def test_a_task_the_executor_loses_at_a_process_death_fails_all_the_same(settings, pool, monkeypatch) -> None:
+    """Python 3.11's executor checks that its pool is whole, then adds the task: a process that dies in between
+    leaves that task to be added after the executor's thread failed the ones it had (or while it fails them, which
+    kills that thread). Nobody would answer it: a worker would wait on it for good, and the suspects of that death
+    for the pool to empty (`CpuPool._reap`). The window is a few bytecodes wide; here the task waits in it."""
+    import concurrent.futures.process as cfp
+    from concurrent.futures.process import BrokenProcessPool
+
+    from connector.models import SourceDocument
+
+    pool.warm()
+    in_the_window, widen = threading.Event(), threading.Event()
+
+    class WorkItem(cfp._WorkItem):
+        def __init__(self, *args, **kwargs):
+            if widen.is_set():  # `submit` holds the pool's lock and has found it whole
+                widen.clear()
+                in_the_window.set()
+                time.sleep(1.5)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(cfp, "_WorkItem", WorkItem)
+    running = pool.submit(SourceDocument(0, "sql", "big", None, BIG.encode(), "text/plain", ""))
+    small = SourceDocument(0, "sql", "late", None, b"A late document. It has two sentences.", "text/plain", "")
+    late: list = []
+    widen.set()
+    submitter = threading.Thread(target=lambda: late.append(pool.submit(small)))
+    submitter.start()
+    assert in_the_window.wait(10)
+    _kill_pool(pool)
+    submitter.join(30)
+    for future in [running, *late]:
+        with pytest.raises(BrokenProcessPool):
+            future.result(timeout=20)  # not a TimeoutError: answered
+    assert (pool._shared, pool._alone) == (0, None), "the pool is free for the suspects"
+    assert pool.submit(small).result(timeout=120).winner, "a fresh pool takes documents"
 
 
 def test_a_group_resolves_each_document_on_its_own() -> None:
@@ -491,3 +531,72 @@ def test_a_chosen_document_crosses_processes_with_every_field_of_every_object(tm
     assert [dataclasses.astuple(s) for s in again.scored] == [dataclasses.astuple(s) for s in chosen.scored]
     assert dataclasses.astuple(again.winner) == dataclasses.astuple(chosen.winner)
     assert len(chosen.document.blocks) > 10 and any(len(s.candidate.chunks) > 3 for s in chosen.scored)
+
+
+def _slow_row(i: int) -> str:
+    """A short row (under 20 KB) that takes a pool process a few tenths of a second, where a row of prose takes
+    milliseconds: one 19,000-letter word, which the BPE tokenizer merges slowly."""
+    rng = random.Random(i)
+    return "".join(rng.choice(string.ascii_letters) for _ in range(19_000))
+
+
+def _insert_slow(conn: psycopg.Connection, ids: list[int]) -> None:
+    for doc_id in ids:
+        conn.execute("UPDATE connector.documents SET content = %s WHERE id = %s", (_slow_row(doc_id), doc_id))
+
+
+def test_a_slow_document_holds_up_none_of_those_finished_behind_it(settings, pool, monkeypatch) -> None:
+    """The worker used to wait for the documents in flight oldest first: rows finished behind a slow one waited for
+    it, however long it took, and their write with them (the second pool process meanwhile idle). Now each is taken
+    as it finishes and written once the first has waited FLUSH_SECONDS."""
+    import connector.worker
+
+    monkeypatch.setattr(connector.worker, "FLUSH_SECONDS", 0.05)
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        ids = _insert(conn, 12)
+        _insert_slow(conn, ids[:1])  # its group of four (rows 1-4) runs in one process, rows 5-12 in the other
+        pool.warm()  # both processes up with their models: neither takes what the other would
+        pipeline = Pipeline(settings.model_copy(update={"batch_size": 12}), FakeEmbedder(), pool=pool)
+        assert Worker(conn, pipeline, []).drain(threading.Event()) == 12
+        assert _status(conn) == {"done": 12}
+        at = dict(conn.execute("SELECT id, processed_at FROM connector.documents").fetchall())
+        assert max(at[i] for i in ids[4:]) < at[ids[0]], "rows 5-12 were committed before the slow row was"
+        assert_consistent(conn)
+
+
+def test_stopped_mid_batch_the_rows_never_started_go_back_at_once_and_the_finished_are_written(
+    settings, pool, monkeypatch
+) -> None:
+    """Stopped while both pool processes are busy with slow rows, the worker hands back the rows it never handed to
+    the pool at once (it used to hold them, leases renewed, until the rows in flight were done: the whole grace
+    period), then writes each row in flight as it finishes."""
+    import connector.worker
+
+    monkeypatch.setattr(connector.worker, "FLUSH_SECONDS", 3600.0)  # only stopping writes before the batch's end
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        ids = _insert(conn, 32)
+        _insert_slow(conn, ids[:8])  # two groups of four slow rows: each pool process has one
+        pool.warm()  # both processes up with their models: neither takes what the other would
+        pipeline = Pipeline(settings.model_copy(update={"batch_size": 32}), FakeEmbedder(), pool=pool)
+        worker = Worker(conn, pipeline, [])
+        stop = threading.Event()
+        results: dict[int, str] = {}
+        done = threading.Thread(target=worker.drain, args=(stop, lambda row, r: results.__setitem__(row.id, r)))
+        done.start()
+        try:
+            # The worker keeps 16 rows in flight: rows 17-32 wait for room while the slow groups run.
+            wait_for(lambda: pool.tasks >= 4, timeout=60, what="four groups handed to the pool")
+            stop.set()
+        finally:
+            done.join(120)
+        with connect(settings.dsn.get_secret_value(), autocommit=True) as check:
+            found = check.execute("SELECT id, status, claimed_by, updated_at, processed_at FROM connector.documents")
+            rows = {doc_id: rest for doc_id, *rest in found}
+        back = [i for i in ids if rows[i][0] == "pending"]
+        written = [i for i in ids if rows[i][0] == "done"]
+        assert back and written and len(back) + len(written) == 32, rows
+        assert ids[:8] == written[:8], "what was in the pool when the worker stopped was written"
+        assert all(rows[i][1] is None for i in back), "handed back: nobody holds them"
+        assert max(rows[i][2] for i in back) < min(rows[i][3] for i in written), "handed back before any write"
+        assert set(results) == set(written), "the rows handed back are not reported as processed"
+        assert_consistent(conn)

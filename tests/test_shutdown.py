@@ -116,3 +116,73 @@ def test_sigkill_leaves_no_helper_process_behind(migrated_dsn, start_process) ->
         for p in helpers:  # whatever this test finds, it leaves nothing running
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def _pool_processes(pid: int) -> set[int]:
+    """The CPU pool's processes under the sidecar `pid` (not multiprocessing's resource tracker)."""
+    found = set()
+    for child in _descendants(pid):
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in command and _alive(child):
+            found.add(child)
+    return found
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+def test_a_pool_process_killed_takes_its_partner_with_it_and_sigterm_still_stops(
+    migrated_dsn, start_process, busy: bool
+) -> None:
+    """One pool process of two dies (the OOM killer, say): Python's executor then tears the broken pool down by
+    sending SIGTERM to the process left and waiting for it. The pool processes used to ignore SIGTERM (a group's
+    SIGTERM is the sidecar's to handle), so that one stayed behind for good, the executor waited on it, and the
+    sidecar could no longer stop. Now it exits with the pool (a SIGTERM from anyone else is still ignored), the next
+    documents get a fresh pool, and SIGTERM stops the sidecar within its grace."""
+    dsn = migrated_dsn
+    proc = start_process("run", "--no-watch", "--dsn", dsn, "--embedder", "fake", CONNECTOR_CPU_PROCESSES="2", **ENV)
+    wait_for(lambda: "connector running" in output_of(proc), timeout=120, what="sidecar start")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO connector.documents (source_key, content) SELECT 'row-' || i, repeat('Words of row ' || i || "
+            "'. ', 40) FROM generate_series(1, 20) i"
+        )
+    wait_for(lambda: len(_pool_processes(proc.pid)) == 2, timeout=120, what="the pool started")
+    wait_for(lambda: _done(dsn) == 20, timeout=120, what="the rows done")
+    first = _pool_processes(proc.pid)
+    for pid in first:  # a SIGTERM from someone else (a process group's, systemd's) does not stop the pool
+        os.kill(pid, signal.SIGTERM)
+    time.sleep(1)
+    assert _pool_processes(proc.pid) == first
+    if busy:  # the other one has a document in hand when it happens
+        _insert_big(dsn)
+        wait_for(lambda: _processing(dsn), timeout=30, what="the big document claimed")
+        time.sleep(2)
+    os.kill(_victim(first), signal.SIGKILL)
+    wait_for(lambda: not (first & _pool_processes(proc.pid)), timeout=15, what="the pool's other process gone too")
+    if busy:  # the document in hand went back to the queue and through a fresh pool
+        wait_for(lambda: _row(dsn)[0] == "done", timeout=240, what="the big document done")
+        assert len(_pool_processes(proc.pid)) <= 2
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(30)
+    assert time.monotonic() - sent < 3 + 8 and code == 0, output_of(proc)
+
+
+def _victim(pool: set[int]) -> int:
+    """The pool process reading the task queue (in a pipe read, holding the queue's lock, the other one waiting for
+    that lock): killed, it leaves the other waiting for the lock for good, the case where a process that ignores the
+    executor's SIGTERM never exits. Idle processes only; else (or where the kernel does not say) the lowest pid."""
+    for pid in sorted(pool):
+        try:
+            if "pipe_read" in Path(f"/proc/{pid}/wchan").read_text():
+                return pid
+        except OSError:
+            pass
+    return min(pool)
+
+
+def _done(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT count(*) FROM connector.documents WHERE status = 'done'").fetchone()[0]
