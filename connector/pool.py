@@ -9,14 +9,18 @@ between documents.
 
 A pool process that dies (killed, out of memory, a crash in a native library) breaks the whole pool:
 `ProcessPoolExecutor` fails every document in flight with `BrokenProcessPool`, and the next submission starts a fresh
-pool. Nobody can tell which document killed it, so the worker treats each of those documents as if the sidecar had
+pool. Each process says in shared memory which task it runs, so only what the dead process ran can be to blame
+(`CpuPool._reap`): those documents fail with `BrokenProcessPool`, and the worker treats each as if the sidecar had
 died holding it (`Store.abandon`): claimed again alone, the death counting as a try, and run alone in the pool (a
-suspect: see `CpuPool.submit`). The culprit fails after `max_attempts`; the others go through.
+suspect: see `CpuPool.submit`). The culprit fails after `max_attempts`. The other documents in flight go on in the
+fresh pool, at no cost.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 import logging
 import math
 import multiprocessing as mp
@@ -66,6 +70,8 @@ def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
 
 
 SUSPECT_WAIT_S = 120.0
+MAX_MOVES = 3  # pools a task may leave at no cost (others' deaths) before it is a suspect too
+TORN_DOWN = 128 + signal.SIGTERM  # a pool process's exit code when its executor stopped it (`exit_when_torn_down`)
 REAP_WAIT_S = 10.0  # how long a broken pool's executor thread has to fail its tasks (`CpuPool._reap`)
 GROUP = 4  # short documents a pool process takes as one task (`CpuPool.submit_many`)
 
@@ -88,14 +94,18 @@ class CpuPool:
         self._alone: str | None = None  # the source key of the suspect in flight, if one is
         self._suspects_waiting = 0
         # The tasks each pool has not answered yet: a pool that breaks may lose some for good (see `_reap`).
-        self._unanswered: dict[ProcessPoolExecutor, set[Future]] = {}
-        self._reaped: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()
+        # What each pool has in flight, and where its processes say what they run (see `_reap`).
+        self._tasks: dict[ProcessPoolExecutor, dict[Future, _Task]] = {}
+        self._slots: dict[ProcessPoolExecutor, object] = {}
+        self._reaping: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()  # broken, handed to `_reap`
+        self._reaped: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()  # and answered
+        self._tokens = itertools.count(1)
 
     def submit(
         self, source: SourceDocument, alone: bool = False, while_waiting: Callable[[], None] = lambda: None
     ) -> Future:
         """`Pipeline.choose` of `source` in a pool process; the future holds the `Chosen`, or the error the
-        document raised, or `BrokenProcessPool` when a pool process died meanwhile.
+        document raised, or `BrokenProcessPool` when the pool process running it died (see `_reap`).
 
         `alone`: a suspect (a document that was in flight when a pool process died) runs with nothing else in the
         pool, so that if it kills a process again no other document pays for it, whichever worker thread holds
@@ -152,8 +162,8 @@ class CpuPool:
         the group instead of one per document. Each message costs the sidecar's threads a wake-up and a turn of the
         GIL, and a pool process that finished its document waited for them (measured with groups of GROUP: the two
         cores went from 1.73-1.76 to 1.81-1.83 busy, rows/s 0.94-1.14x in four interleaved rounds). Each document
-        still gets its own future and its own outcome: one that raises fails alone; a pool process that dies fails
-        the whole group with `BrokenProcessPool`, as it fails every document in flight."""
+        still gets its own future and its own outcome: one that raises fails alone; a pool process that dies running
+        the group fails the whole group with `BrokenProcessPool`."""
         self._enter(False, sources[0].source_key, while_waiting, count=len(sources))
         try:
             task = self._submit(_choose_many, sources)
@@ -169,30 +179,38 @@ class CpuPool:
         return futures
 
     def _submit(self, fn: Callable, arg) -> Future:
-        for _ in range(2):
+        """`fn(arg)` in a pool process. The future answers for the task across pools: a pool that breaks fails it
+        only if a process that died on its own was running it (see `_reap`); otherwise it goes to the next pool."""
+        outer: Future = Future()
+        outer.set_running_or_notify_cancel()  # running: not to be cancelled by anyone (see the worker's NOTE)
+        self._dispatch(_Task(next(self._tokens), fn, arg, outer))
+        return outer
+
+    def _dispatch(self, task: _Task) -> None:
+        for _ in range(3):
             executor = self._current()
             try:
                 with _spawning():
-                    future = executor.submit(fn, arg)
-                with self._lock:
-                    self.tasks += 1
-                    lost = executor in self._reaped  # it broke and was reaped while this task went in
-                    if not lost:
-                        self._unanswered.setdefault(executor, set()).add(future)
-                if lost:
-                    _fail(future)
-                elif getattr(executor, "_broken", False):
-                    # It broke while this task went in, maybe too late for the executor to answer it (`_reap`); no
-                    # other task of it need fail to say so.
-                    self._replace(executor)
+                    inner = executor.submit(_run, task.token, task.fn, task.arg)
             except BrokenProcessPool:  # broke since it was handed out: once more, on a fresh one
                 self._replace(executor)
                 continue
             except RuntimeError as exc:  # "cannot schedule new futures after shutdown": closed meanwhile
                 raise TransientError("the CPU pool is stopped (the sidecar is shutting down)") from exc
-            future.add_done_callback(lambda f, ex=executor: self._answered(f, ex))
-            return future
-        raise TransientError("the CPU pool broke twice in a row while starting its processes")
+            with self._lock:
+                self.tasks += 1
+                reaped = executor in self._reaped  # it broke, and was reaped, while this task went in: never run
+                if not reaped:
+                    self._tasks.setdefault(executor, {})[inner] = task
+            if reaped:
+                continue
+            if getattr(executor, "_broken", False):
+                # It broke while this task went in, maybe too late for the executor to answer it (`_reap`); no
+                # other task of it need fail to say so.
+                self._replace(executor)
+            inner.add_done_callback(lambda f, ex=executor: self._answered(f, ex))
+            return
+        raise TransientError("the CPU pool broke three times in a row while starting its processes")
 
     def _current(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -201,21 +219,31 @@ class CpuPool:
             if self._executor is None:
                 # spawn: the sidecar holds threads (watcher, HTTP, heartbeats) and torch's pools, which do not
                 # survive a fork.
+                context = mp.get_context("spawn")
+                slots = context.Array("q", 2 * self.processes)  # (pid, token) for each process: see `_run`
                 self._executor = ProcessPoolExecutor(
-                    max_workers=self.processes, mp_context=mp.get_context("spawn"), initializer=_start,
-                    initargs=(self.settings, os.getpid()),
+                    max_workers=self.processes, mp_context=context, initializer=_start,
+                    initargs=(self.settings, os.getpid(), slots),
                 )  # fmt: skip
+                self._slots[self._executor] = slots
             return self._executor
 
-    def _answered(self, future: Future, executor: ProcessPoolExecutor) -> None:
-        with self._lock:
-            unanswered = self._unanswered.get(executor)
-            if unanswered is not None:
-                unanswered.discard(future)
-                if not unanswered and executor is not self._executor:
-                    del self._unanswered[executor]
-        if not future.cancelled() and isinstance(future.exception(), BrokenProcessPool):
+    def _answered(self, inner: Future, executor: ProcessPoolExecutor) -> None:
+        if not inner.cancelled() and isinstance(inner.exception(), BrokenProcessPool):
             self._replace(executor)
+            with self._lock:
+                if executor in self._reaping:  # `_reap` answers it
+                    return
+        with self._lock:
+            task = self._tasks.get(executor, {}).pop(inner, None)
+        if task is None:  # reaped already
+            return
+        if inner.cancelled():  # the pool was shut down before it started (`close`)
+            _settle(task.outer, error=CancelledError())
+        elif (error := inner.exception()) is not None:
+            _settle(task.outer, error=error)
+        else:
+            _settle(task.outer, result=inner.result())
 
     def _replace(self, broken: ProcessPoolExecutor) -> None:
         with self._lock:
@@ -223,33 +251,66 @@ class CpuPool:
                 return
             self._executor = None
             self.restarts += 1
-        log.warning("a CPU pool process died; the documents it had in flight go back to the queue, one by one")
-        # What the dead process leaves behind may be stuck for good (see `exit_when_torn_down`), and everything it
-        # was running has failed, or will: the processes left are killed, not waited for.
-        for process in list((getattr(broken, "_processes", None) or {}).values()):
-            with contextlib.suppress(Exception):
-                process.kill()
+            self._reaping.add(broken)
         # This runs in the executor's own thread, as it fails the tasks one by one: the rest is left to a thread
         # that waits for it to finish.
         threading.Thread(target=self._reap, args=(broken,), name="cpu-pool-reap", daemon=True).start()
 
     def _reap(self, broken: ProcessPoolExecutor) -> None:
-        """Fail what a broken pool never answered, once its executor's thread is done with it.
+        """Answer the tasks of a broken pool, once its executor's thread is done with it: fail those that a process
+        which died on its own was running (or could have been: see below), and hand the rest to the next pool.
 
-        Python 3.11's executor can lose a task when a process dies: a `submit` that checked the pool was whole
-        just before the executor's thread marked it broken adds its task after that thread failed the tasks it
-        had (the task is never answered), or while it fails them, which kills that thread mid-way ("dictionary
-        changed size during iteration": every task after it is never answered, and the processes left are never
-        stopped). A worker would wait for them for good, and the suspects of that death for the pool to empty.
-        Seen in `test_with_two_worker_threads_only_the_document_that_kills_its_process_fails` (2 runs in 10)."""
+        Python's executor fails every task it holds when one process dies, and stops the others with SIGTERM
+        (`exit_when_torn_down`). Only what the dead process ran can have killed it: the tasks it had queued, and
+        those of the processes it stopped, go on in a fresh pool at no cost. Each process says in shared memory
+        which task it runs (`_run`); a process that died with none marked died between two tasks (its next one
+        being unpickled, maybe), so every task not marked as running elsewhere could have been the cause.
+
+        Python 3.11's executor can also lose a task when a process dies: a `submit` that checked the pool was whole
+        just before the executor's thread marked it broken adds its task after that thread failed the tasks it had
+        (never answered), or while it fails them, which kills that thread mid-way ("dictionary changed size during
+        iteration": every task after it is never answered, and the processes left are never stopped). Those are
+        answered here too (seen in `test_with_two_worker_threads_only_the_document_that_kills_its_process_fails`:
+        2 runs in 10 hung)."""
         manager = getattr(broken, "_executor_manager_thread", None)
-        if manager is not None and manager is not threading.current_thread():
-            manager.join(timeout=REAP_WAIT_S)  # it fails what it has within milliseconds, then stops
+        if manager is not None:
+            manager.join(timeout=REAP_WAIT_S)  # it fails what it has within milliseconds, then stops its processes
+        processes = list((getattr(broken, "_processes", None) or {}).values())
+        died, stopped = set(), set()
+        for process in processes:
+            if process.is_alive():  # its executor's thread died or hung before stopping it
+                process.kill()
+                process.join(timeout=5)
+                stopped.add(process.pid)
+            elif process.exitcode == TORN_DOWN:
+                stopped.add(process.pid)
+            else:  # killed, out of memory, a crash in a native library
+                died.add(process.pid)
         with self._lock:
-            left = self._unanswered.pop(broken, set())
-            self._reaped.add(broken)  # a task still going in is failed by `_submit`
-        if lost := sum(_fail(future) for future in left):
-            log.warning("a broken CPU pool lost %d of its tasks; they failed as if in flight at its death", lost)
+            tasks = self._tasks.pop(broken, {})
+            slots = self._slots.pop(broken, None)
+            self._reaped.add(broken)  # a task still going in goes to the next pool (`_dispatch`)
+        running = _running(slots)
+        dead_ran = {running[pid] for pid in died if pid in running}
+        unknown = any(pid not in running for pid in died)  # died between two tasks
+        elsewhere = {running[pid] for pid in stopped if pid in running}
+        failed = again = 0
+        for task in tasks.values():
+            if task.outer.done():
+                continue
+            if task.token in dead_ran or (unknown and task.token not in elsewhere) or task.moved >= MAX_MOVES:
+                failed += _settle(task.outer, error=BrokenProcessPool("its CPU pool process died running it"))
+                continue
+            task.moved += 1
+            again += 1
+            try:
+                self._dispatch(task)
+            except BaseException as exc:  # closed meanwhile, say: answered, whatever it is
+                _settle(task.outer, error=exc if isinstance(exc, Exception) else TransientError(repr(exc)))
+        how = ", ".join(f"pid {p.pid} {_exit(p.exitcode)}" for p in processes if p.pid in died) or "none found dead"
+        log.warning("a CPU pool process died (%s): %d of the documents in flight go back to the queue, to run alone "
+                    "(%s); %d go on in a fresh pool", how, failed, "what it ran" if not unknown else "it died between "
+                    "two documents: every one not running in another process", again)  # fmt: skip
         broken.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
@@ -285,6 +346,19 @@ class CpuPool:
         with self._turns:
             return self._alone
 
+    def running(self) -> dict[int, list[str]]:
+        """pid -> the source keys of the task each process of the current pool runs now (tests kill one)."""
+        with self._lock:
+            executor = self._executor
+            by_token = {t.token: t for t in self._tasks.get(executor, {}).values()} if executor else {}
+            slots = self._slots.get(executor) if executor else None
+        out = {}
+        for pid, token in _running(slots).items():
+            if (task := by_token.get(token)) is not None:
+                arg = task.arg if isinstance(task.arg, list) else [task.arg]
+                out[pid] = [getattr(source, "source_key", "?") for source in arg]
+        return out
+
     def pids(self) -> list[int]:
         """The processes' ids (tests kill one)."""
         with self._lock:
@@ -292,13 +366,42 @@ class CpuPool:
             return [p.pid for p in processes.values()]
 
 
-def _fail(future: Future) -> bool:
-    """Fail a task of a broken pool that its executor will never answer; False if it was answered meanwhile."""
+@dataclasses.dataclass
+class _Task:
+    """A task handed to the pool: `fn(arg)`, answered through `outer` across the pools it goes through."""
+
+    token: int  # what its process writes in its slot while running it
+    fn: Callable
+    arg: object
+    outer: Future
+    moved: int = 0  # broken pools it left at no cost (another document's death)
+
+
+def _settle(future: Future, result: object = None, error: BaseException | None = None) -> bool:
+    """Answer `future`, unless it was answered meanwhile (False)."""
     try:
-        future.set_exception(BrokenProcessPool("a CPU pool process died; the pool lost this task"))
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
     except InvalidStateError:
         return False
     return True
+
+
+def _exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def _running(slots) -> dict[int, int]:
+    """pid -> the token of the task it runs now (or ran when it died), from a pool's slots."""
+    if slots is None:
+        return {}
+    values = list(slots.get_obj())
+    return {values[i]: values[i + 1] for i in range(0, len(values), 2) if values[i] and values[i + 1]}
 
 
 def kill(executor: ProcessPoolExecutor) -> None:
@@ -359,7 +462,7 @@ def exit_when_torn_down(parent: int) -> None:
     def watch() -> None:
         while True:
             if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
-                os._exit(128 + signal.SIGTERM)
+                os._exit(TORN_DOWN)
 
     threading.Thread(target=watch, name="teardown-watch", daemon=True).start()
 
@@ -398,16 +501,23 @@ def exit_with_parent(parent: int) -> None:
 _chooser = None
 _start_error: ConnectorError | None = None
 _settings: Settings | None = None
+_slot: tuple | None = None  # this process's slot: (the pool's shared values, the index of its token)
 
 
-def _start(settings: Settings, parent: int) -> None:
-    global _settings
+def _start(settings: Settings, parent: int, slots) -> None:
+    global _settings, _slot
     # Ctrl-C reaches the whole process group: the sidecar decides what stops and when, not its pool (SIGTERM: see
     # `exit_when_torn_down`, first, so that every thread of this process starts with it blocked). A SIGKILLed sidecar
     # is noticed by `exit_with_parent`.
     exit_when_torn_down(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     exit_with_parent(parent)
+    with slots.get_lock():  # this process's slot: the first free one (slots of processes that died stay taken)
+        values = slots.get_obj()
+        free = next((i for i in range(0, len(values), 2) if values[i] == 0), None)
+        if free is not None:
+            values[free] = os.getpid()
+    _slot = None if free is None else (values, free + 1)  # none: its deaths blame every task (see `_reap`)
     from connector import allocator, secrets
 
     allocator.tune()
@@ -437,6 +547,19 @@ def _load() -> None:
         log.warning("a CPU pool process could not load its models: %s: %s", type(exc).__name__, exc)
         kind = FatalError if isinstance(exc, FatalError) else TransientError
         _start_error = kind(f"a CPU pool process could not load its models: {type(exc).__name__}: {exc}")
+
+
+def _run(token: int, fn: Callable, arg):
+    """`fn(arg)`, with this process's slot saying meanwhile that it runs task `token` (read by the sidecar when
+    this process dies: `CpuPool._reap`)."""
+    if _slot is None:
+        return fn(arg)
+    values, at = _slot
+    values[at] = token
+    try:
+        return fn(arg)
+    finally:
+        values[at] = 0
 
 
 def _ready() -> int:
