@@ -190,7 +190,7 @@ class CpuPool:
         for _ in range(3):
             executor = self._current()
             try:
-                with _spawning():
+                with _spawning(executor, self.processes):
                     inner = executor.submit(_run, task.token, task.fn, task.arg)
             except BrokenProcessPool:  # broke since it was handed out: once more, on a fresh one
                 self._replace(executor)
@@ -260,8 +260,10 @@ class CpuPool:
         """Answer the tasks of a broken pool, once its executor's thread is done with it: fail those that a process
         which died on its own was running (or could have been: see below), and hand the rest to the next pool.
 
-        Python's executor fails every task it holds when one process dies, and stops the others with SIGTERM
-        (`exit_when_torn_down`). Only what the dead process ran can have killed it: the tasks it had queued, and
+        Python's executor fails every task it holds when one process dies, and stops the others: SIGTERM
+        (`exit_when_torn_down`: exit code TORN_DOWN), or the end mark it then puts on their queue (exit code 0; a
+        document that makes its process exit 0 itself is taken for stopped, and is a suspect only once it has left
+        MAX_MOVES pools). Only what the dead process ran can have killed it: the tasks it had queued, and
         those of the processes it stopped, go on in a fresh pool at no cost. Each process says in shared memory
         which task it runs (`_run`); a process that died with none marked died between two tasks (its next one
         being unpickled, maybe), so every task not marked as running elsewhere could have been the cause.
@@ -282,7 +284,7 @@ class CpuPool:
                 process.kill()
                 process.join(timeout=5)
                 stopped.add(process.pid)
-            elif process.exitcode == TORN_DOWN:
+            elif process.exitcode in (0, TORN_DOWN):  # stopped by its executor: SIGTERM, or its queue's end mark
                 stopped.add(process.pid)
             else:  # killed, out of memory, a crash in a native library
                 died.add(process.pid)
@@ -335,7 +337,7 @@ class CpuPool:
         deadline = time.monotonic() + timeout
         while len(ready) < self.processes and time.monotonic() < deadline:
             executor = self._current()
-            with _spawning():
+            with _spawning(executor, self.processes):
                 started = [executor.submit(_ready) for _ in range(4 * self.processes)]
             ready |= {f.result() for f in started}
 
@@ -468,11 +470,12 @@ def exit_when_torn_down(parent: int) -> None:
 
 
 @contextlib.contextmanager
-def _spawning():
-    """Around a call that may start pool processes (`ProcessPoolExecutor.submit` starts them all with its first
-    task): SIGTERM blocked in this thread, a mask that they inherit through fork and exec (see
-    `exit_when_torn_down`). A SIGTERM sent to the sidecar meanwhile waits, or goes to another of its threads."""
-    if not hasattr(signal, "pthread_sigmask"):
+def _spawning(executor: ProcessPoolExecutor, processes: int):
+    """Around a call that may start a pool process (with the spawn method, `ProcessPoolExecutor.submit` starts one
+    whenever none is idle, up to `processes`): SIGTERM blocked in this thread, a mask that they inherit through fork
+    and exec (see `exit_when_torn_down`). A SIGTERM sent to the sidecar meanwhile waits, or goes to another of its
+    threads. Once the pool is full, nothing: the resource tracker's check below costs it a wake-up each time."""
+    if not hasattr(signal, "pthread_sigmask") or len(getattr(executor, "_processes", None) or {}) >= processes:
         yield
         return
     # multiprocessing's resource tracker is started (again, if it died) before each process: starting it, it unblocks
