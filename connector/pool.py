@@ -71,6 +71,7 @@ def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
 
 SUSPECT_WAIT_S = 120.0
 MAX_MOVES = 3  # pools a task may leave at no cost (others' deaths) before it is a suspect too
+LOADING = -1  # the token in the slot of a pool process that is still loading its models: nobody's fault
 TORN_DOWN = 128 + signal.SIGTERM  # a pool process's exit code when its executor stopped it (`exit_when_torn_down`)
 REAP_WAIT_S = 10.0  # how long a broken pool's executor thread has to fail its tasks (`CpuPool._reap`)
 GROUP = 4  # short documents a pool process takes as one task (`CpuPool.submit_many`)
@@ -254,7 +255,19 @@ class CpuPool:
             self._reaping.add(broken)
         # This runs in the executor's own thread, as it fails the tasks one by one: the rest is left to a thread
         # that waits for it to finish.
-        threading.Thread(target=self._reap, args=(broken,), name="cpu-pool-reap", daemon=True).start()
+        try:
+            threading.Thread(target=self._reap, args=(broken,), name="cpu-pool-reap", daemon=True).start()
+        except RuntimeError:  # no thread to be had (memory short, as when a process is killed for it): all fail
+            self._fail_all(broken, BrokenProcessPool("a CPU pool process died"))
+
+    def _fail_all(self, executor: ProcessPoolExecutor, error: BaseException) -> None:
+        """Answer every task `executor` has not answered with `error` (each document is then a suspect)."""
+        with self._lock:
+            tasks = self._tasks.pop(executor, {})
+            self._slots.pop(executor, None)
+            self._reaped.add(executor)
+        for task in tasks.values():
+            _settle(task.outer, error=error)
 
     def _reap(self, broken: ProcessPoolExecutor) -> None:
         """Answer the tasks of a broken pool, once its executor's thread is done with it: fail those that a process
@@ -263,10 +276,11 @@ class CpuPool:
         Python's executor fails every task it holds when one process dies, and stops the others: SIGTERM
         (`exit_when_torn_down`: exit code TORN_DOWN), or the end mark it then puts on their queue (exit code 0; a
         document that makes its process exit 0 itself is taken for stopped, and is a suspect only once it has left
-        MAX_MOVES pools). Only what the dead process ran can have killed it: the tasks it had queued, and
-        those of the processes it stopped, go on in a fresh pool at no cost. Each process says in shared memory
-        which task it runs (`_run`); a process that died with none marked died between two tasks (its next one
-        being unpickled, maybe), so every task not marked as running elsewhere could have been the cause.
+        MAX_MOVES pools). Only what the dead process ran can have killed it: the tasks it had queued, and those of
+        the processes it stopped, go on in a fresh pool at no cost. Each process says in shared memory which task
+        it runs (`_run`); a process that died with none marked died between two tasks (its next one being
+        unpickled, maybe), so every task not marked as running elsewhere could have been the cause; one that died
+        loading its models (LOADING) ran none.
 
         Python 3.11's executor can also lose a task when a process dies: a `submit` that checked the pool was whole
         just before the executor's thread marked it broken adds its task after that thread failed the tasks it had
@@ -322,6 +336,7 @@ class CpuPool:
             executor, self._executor, self._closed = self._executor, None, True
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
+            self._fail_all(executor, CancelledError())  # a task lost as it went in (see `_reap`), if any
 
     def terminate(self) -> None:
         """Stop the processes now, abandoning what they run (a shutdown past its grace period: the documents have
@@ -330,6 +345,7 @@ class CpuPool:
             executor, self._executor, self._closed = self._executor, None, True
         if executor is not None:
             kill(executor)
+            self._fail_all(executor, BrokenProcessPool("the CPU pool was stopped"))
 
     def warm(self, timeout: float = 300.0) -> None:
         """Start every process and wait until each has loaded its models (`connector bench`: outside the clock)."""
@@ -337,9 +353,14 @@ class CpuPool:
         deadline = time.monotonic() + timeout
         while len(ready) < self.processes and time.monotonic() < deadline:
             executor = self._current()
-            with _spawning(executor, self.processes):
-                started = [executor.submit(_ready) for _ in range(4 * self.processes)]
-            ready |= {f.result() for f in started}
+            try:
+                with _spawning(executor, self.processes):
+                    started = [executor.submit(_ready) for _ in range(4 * self.processes)]
+                ready |= {f.result(timeout=max(1.0, deadline - time.monotonic())) for f in started}
+            except BrokenProcessPool:  # a process died meanwhile: again, on a fresh pool
+                self._replace(executor)
+            except TimeoutError:  # still loading at the deadline: the documents will wait for it
+                return
 
     @property
     def running_alone(self) -> str | None:
@@ -519,7 +540,7 @@ def _start(settings: Settings, parent: int, slots) -> None:
         values = slots.get_obj()
         free = next((i for i in range(0, len(values), 2) if values[i] == 0), None)
         if free is not None:
-            values[free] = os.getpid()
+            values[free], values[free + 1] = os.getpid(), LOADING
     _slot = None if free is None else (values, free + 1)  # none: its deaths blame every task (see `_reap`)
     from connector import allocator, secrets
 
@@ -531,6 +552,8 @@ def _start(settings: Settings, parent: int, slots) -> None:
     logging.basicConfig(level=logging.WARNING, handlers=[handler(settings.log_format)])
     _settings = settings
     _load()
+    if _slot is not None:
+        _slot[0][_slot[1]] = 0  # loaded: a death from now on is a task's, or between two
 
 
 def _load() -> None:
