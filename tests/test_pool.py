@@ -602,14 +602,16 @@ def test_a_slow_document_holds_up_none_of_those_finished_behind_it(settings, poo
 
     monkeypatch.setattr(connector.worker, "FLUSH_SECONDS", 0.05)
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
-        ids = _insert(conn, 12)
-        _insert_slow(conn, ids[:1])  # its group of four (rows 1-4) runs in one process, rows 5-12 in the other
+        ids = _insert(conn, 8)
+        # Rows 1-4 run as one group in one process, two slow ones first; rows 5-8 in the other. Two slow rows take
+        # the time of several dozen short ones, whatever the machine's speed (one was too close on a slow CI).
+        _insert_slow(conn, ids[:2])
         pool.warm()  # both processes up with their models: neither takes what the other would
-        pipeline = Pipeline(settings.model_copy(update={"batch_size": 12}), FakeEmbedder(), pool=pool)
-        assert Worker(conn, pipeline, []).drain(threading.Event()) == 12
-        assert _status(conn) == {"done": 12}
+        pipeline = Pipeline(settings.model_copy(update={"batch_size": 8}), FakeEmbedder(), pool=pool)
+        assert Worker(conn, pipeline, []).drain(threading.Event()) == 8
+        assert _status(conn) == {"done": 8}
         at = dict(conn.execute("SELECT id, processed_at FROM connector.documents").fetchall())
-        assert max(at[i] for i in ids[4:]) < at[ids[0]], "rows 5-12 were committed before the slow row was"
+        assert max(at[i] for i in ids[4:]) < min(at[i] for i in ids[:2]), "rows 5-8 were committed before the slow"
         assert_consistent(conn)
 
 
