@@ -329,11 +329,20 @@ def _running_alone(conn: psycopg.Connection, doc_id: int) -> int | None:
 
 
 def _kill_pool(pool: CpuPool) -> list[int]:
-    pids = pool.pids()
+    return _kill(pool.pids())
+
+
+def _kill(pids: list[int]) -> list[int]:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return pids
+
+
+def _running_it(pool: CpuPool, key: str) -> list[int]:
+    """The pool processes running the document `key` now (as each says in its slot), not loading its models or
+    waiting for it."""
+    return [pid for pid, keys in pool.running().items() if key in keys]
 
 
 def test_a_pool_process_killed_mid_batch_loses_nothing(settings: Settings, pool: CpuPool) -> None:
@@ -350,10 +359,9 @@ def test_a_pool_process_killed_mid_batch_loses_nothing(settings: Settings, pool:
             with psycopg.connect(dsn, autocommit=True) as watch:
                 deadline = time.monotonic() + 60
                 while time.monotonic() < deadline and not killed:
-                    if _running_alone(watch, big) and pool.pids():
-                        time.sleep(0.3)  # inside the pipeline by now (seconds of work)
+                    if _running_alone(watch, big) and _running_it(pool, "big"):  # in a process, not on its way
                         killed.extend(_kill_pool(pool))
-                    time.sleep(0.05)
+                    time.sleep(0.01)
 
         killer = threading.Thread(target=kill_while_the_big_one_runs)
         killer.start()
@@ -390,10 +398,12 @@ def test_a_document_that_kills_its_pool_process_every_time_fails_alone(settings:
             with psycopg.connect(dsn, autocommit=True) as watch:
                 while not stop.is_set():
                     token = _running_alone(watch, poison)
-                    if token and token not in [k for k, _ in kills] and pool.pids():
-                        time.sleep(0.3)
-                        kills.append((token, _kill_pool(pool)))
-                    time.sleep(0.05)
+                    # Once it runs in a process, not a fixed time after its claim: a pool started after a death
+                    # loads its models first (a process killed then has run nothing), and on a fast machine the
+                    # document may finish within such a time.
+                    if token and token not in [k for k, _ in kills] and (running := _running_it(pool, "poison")):
+                        kills.append((token, _kill(running)))
+                    time.sleep(0.01)
 
         killer = threading.Thread(target=kill_whenever_the_poison_runs)
         killer.start()
@@ -462,11 +472,12 @@ def test_with_two_worker_threads_only_the_document_that_kills_its_process_fails(
                 # alone (a suspect waits for the pool to empty, and that wait must not be mistaken for running).
                 # Alone, it must be the poison that has the pool: the documents that were in flight beside it at the
                 # first death are suspects too, and each of them also runs alone.
-                if row and row[0] not in kills and pool.pids() and (not kills or pool.running_alone == "poison"):
-                    time.sleep(0.5)  # in the pool by now: seconds of work
+                # The whole pool is killed: at the first death, what runs beside the poison is caught too.
+                if (row and row[0] not in kills and (not kills or pool.running_alone == "poison")
+                        and _running_it(pool, "poison")):  # fmt: skip
                     kills.append(row[0])
                     _kill_pool(pool)
-                time.sleep(0.05)
+                time.sleep(0.01)
 
     def work() -> None:
         with connect(dsn, autocommit=True) as own:
