@@ -195,9 +195,14 @@ def _doc(key: str, text: str = "A short document. It has two sentences."):
 
 
 def _running(pool: CpuPool, keys: set[str]) -> dict[int, list[str]]:
-    """Wait until the pool's processes run the documents `keys`; pid -> what each runs."""
-    wait_for(lambda: {k for ks in pool.running().values() for k in ks} >= keys, timeout=60, what=f"{keys} running")
-    return pool.running()
+    """Wait until the pool's processes run the documents `keys`; pid -> what each runs, as seen then (read again,
+    a fast machine may have finished one meanwhile)."""
+
+    def seen() -> dict[int, list[str]] | None:
+        now = pool.running()
+        return now if {k for ks in now.values() for k in ks} >= keys else None
+
+    return wait_for(seen, timeout=60, interval=0.005, what=f"{keys} running")
 
 
 def test_a_pool_process_death_costs_only_what_that_process_ran(pool) -> None:
@@ -617,9 +622,28 @@ def test_a_slow_document_holds_up_none_of_those_finished_behind_it(settings, poo
         # Rows 1-4 run as one group in one process, two slow ones first; rows 5-8 in the other. Two slow rows take
         # the time of several dozen short ones, whatever the machine's speed (one was too close on a slow CI).
         _insert_slow(conn, ids[:2])
+        first = conn.execute("SELECT source_key FROM connector.documents WHERE id = %s", (ids[0],)).fetchone()[0]
         pool.warm()  # both processes up with their models: neither takes what the other would
         pipeline = Pipeline(settings.model_copy(update={"batch_size": 8}), FakeEmbedder(), pool=pool)
-        assert Worker(conn, pipeline, []).drain(threading.Event()) == 8
+        drained: list[int] = []
+
+        def drain() -> None:
+            with connect(settings.dsn.get_secret_value(), autocommit=True) as own:
+                drained.append(Worker(own, pipeline, []).drain(threading.Event()))
+
+        worker = threading.Thread(target=drain)
+        worker.start()
+        # However fast or slow the machine, the slow group's process is held still until rows 5-8 are committed:
+        # before, they waited for it (then forever here); now they are written FLUSH_SECONDS after finishing.
+        held = next(pid for pid, keys in _running(pool, {first}).items() if first in keys)
+        os.kill(held, signal.SIGSTOP)
+        try:
+            behind = "SELECT count(*) = 4 FROM connector.documents WHERE id = ANY(%s) AND status = 'done'"
+            wait_for(lambda: conn.execute(behind, (ids[4:],)).fetchone()[0], timeout=60, what="rows 5-8 written")
+        finally:
+            os.kill(held, signal.SIGCONT)
+            worker.join(120)
+        assert drained == [8]
         assert _status(conn) == {"done": 8}
         at = dict(conn.execute("SELECT id, processed_at FROM connector.documents").fetchall())
         assert max(at[i] for i in ids[4:]) < min(at[i] for i in ids[:2]), "rows 5-8 were committed before the slow"
@@ -647,7 +671,7 @@ def test_stopped_mid_batch_the_rows_never_started_go_back_at_once_and_the_finish
         done.start()
         try:
             # The worker keeps 16 rows in flight: rows 17-32 wait for room while the slow groups run.
-            wait_for(lambda: pool.tasks >= 4, timeout=60, what="four groups handed to the pool")
+            wait_for(lambda: pool.tasks >= 4, timeout=60, interval=0.01, what="four groups handed to the pool")
             stop.set()
         finally:
             done.join(120)
