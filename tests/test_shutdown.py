@@ -16,8 +16,10 @@ from tests.conftest import FIXTURES, output_of, wait_for
 
 AUSTEN = (FIXTURES / "austen-northanger-abbey.txt").read_text()
 # Long enough (> candidates.PARALLEL_MIN_CHARS) that every strategy runs in the candidate pool's processes, and slow
-# enough (tens of seconds here) that the signal lands while it is in hand.
-BIG = "\n\n".join(f"Volume {i}.\n\n{AUSTEN}" for i in range(3))
+# enough that the signal, sent 2 s after its claim, lands while it is in hand, with the 3 s grace after it: 3.5 MB,
+# about 17 s on a machine where three volumes (1.3 MB) took 6.4 s, which a machine twice as fast would finish inside
+# the grace.
+BIG = "\n\n".join(f"Volume {i}.\n\n{AUSTEN}" for i in range(8))
 ENV = {"CONNECTOR_POLL_INTERVAL": "1", "CONNECTOR_SHUTDOWN_GRACE_SECONDS": "3", "CONNECTOR_LEASE_SECONDS": "30"}
 
 
