@@ -619,8 +619,8 @@ def test_a_slow_document_holds_up_none_of_those_finished_behind_it(settings, poo
     monkeypatch.setattr(connector.worker, "FLUSH_SECONDS", 0.05)
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         ids = _insert(conn, 8)
-        # Rows 1-4 run as one group in one process, two slow ones first; rows 5-8 in the other. Two slow rows take
-        # the time of several dozen short ones, whatever the machine's speed (one was too close on a slow CI).
+        # Rows 1-4 run as one group in one process, two slow ones first (so that the group is seen running before
+        # it ends); rows 5-8 in the other.
         _insert_slow(conn, ids[:2])
         first = conn.execute("SELECT source_key FROM connector.documents WHERE id = %s", (ids[0],)).fetchone()[0]
         pool.warm()  # both processes up with their models: neither takes what the other would
