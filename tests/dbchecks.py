@@ -58,3 +58,21 @@ def documents(conn: psycopg.Connection) -> dict[str, tuple]:
         "SELECT source_key, status, strategy, attempts, last_error FROM connector.documents ORDER BY id"
     ).fetchall()
     return {r[0]: r[1:] for r in rows}
+
+
+# Time passing, for the queue's clocks: a test that waited out a real backoff or lease raced the machine's speed (a
+# slow step after a 0.3 s backoff found the row claimable again). The backoff is set long and then ended by hand.
+def backoff_left(conn: psycopg.Connection, doc_id: int) -> float:
+    """Seconds until the row may be claimed again."""
+    sql = "SELECT extract(epoch FROM retry_after - now())::float8 FROM connector.documents WHERE id = %s"
+    return conn.execute(sql, (doc_id,)).fetchone()[0]
+
+
+def backoff_ends(conn: psycopg.Connection, doc_id: int) -> None:
+    conn.execute("UPDATE connector.documents SET retry_after = now() - interval '1 second' WHERE id = %s", (doc_id,))
+
+
+def lease_ends(conn: psycopg.Connection, doc_id: int) -> None:
+    """The worker holding the row stopped renewing its lease long enough ago."""
+    sql = "UPDATE connector.documents SET lease_expires_at = now() - interval '1 second' WHERE id = %s"
+    conn.execute(sql, (doc_id,))

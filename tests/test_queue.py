@@ -19,7 +19,7 @@ from connector.pipeline import Pipeline
 from connector.settings import Settings
 from connector.sources import table as tables
 from connector.worker import Worker
-from tests.dbchecks import assert_consistent
+from tests.dbchecks import assert_consistent, backoff_ends, backoff_left, lease_ends
 
 TEXT = "The queue is a table. Workers claim rows from it with SKIP LOCKED and a lease. " * 20
 
@@ -64,17 +64,19 @@ def _row(conn: psycopg.Connection, doc_id: int) -> tuple:
 def test_transient_failures_back_off_then_fail_after_max_attempts_and_retry_requeues(settings: Settings) -> None:
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         doc = _insert(conn, "flaky")
-        worker = Worker(conn, Pipeline(settings.model_copy(update={"max_attempts": 3, "retry_base_seconds": 0.2}),
+        worker = Worker(conn, Pipeline(settings.model_copy(update={"max_attempts": 3, "retry_base_seconds": 60}),
                                 TimingOutEmbedder(3)), [])  # fmt: skip
         store = worker.store
         assert worker.process(store.claim_next(60, "w")) == "retry"
         status, retries, error, waiting, _ = _row(conn, doc)
         assert (status, retries, waiting) == ("pending", 1, True) and "timed out" in error
+        assert 55 < backoff_left(conn, doc) <= 60
         assert store.claim_next(60, "w") is None, "backing off: not claimable yet"
-        time.sleep(0.25)
-        assert worker.process(store.claim_next(60, "w")) == "retry"  # second try, backoff 0.4 s
+        backoff_ends(conn, doc)
+        assert worker.process(store.claim_next(60, "w")) == "retry"  # second try: the backoff doubles
+        assert 115 < backoff_left(conn, doc) <= 120
         assert store.claim_next(60, "w") is None
-        time.sleep(0.45)
+        backoff_ends(conn, doc)
         assert worker.process(store.claim_next(60, "w")) == "failed"  # third try: the cap
         status, retries, error, _, attempts = _row(conn, doc)
         assert (status, retries, attempts) == ("failed", 3, 3) and "timed out" in error
@@ -91,10 +93,10 @@ def test_a_dead_workers_lease_expires_counts_as_a_try_and_a_poison_document_is_g
         doc = _insert(conn, "poison")
         store = Store(conn)
         for expected_retries in range(3):
-            row = store.claim_next(1, "dies")  # claimed, then the worker "dies": no heartbeat, no result
+            row = store.claim_next(60, "dies")  # claimed, then the worker "dies": no heartbeat, no result
             assert row.retries == expected_retries
-            assert store.claim_next(1, "other") is None, "leased: nobody else may take it"
-            time.sleep(1.1)
+            assert store.claim_next(60, "other") is None, "leased: nobody else may take it"
+            lease_ends(conn, doc)
         row = store.claim_next(60, "w")
         assert row.retries == 3
         assert (

@@ -17,7 +17,7 @@ from tests.dbchecks import assert_consistent, documents
 
 # The poll is a minute away: within a test, only LISTEN/NOTIFY can wake the worker.
 SIDECAR_ENV = {
-    "CONNECTOR_SETTLE_SECONDS": "0.5",
+    "CONNECTOR_SETTLE_SECONDS": "1",
     "CONNECTOR_POLL_INTERVAL": "60",
     "CONNECTOR_SHUTDOWN_GRACE_SECONDS": "10",
 }
@@ -60,7 +60,7 @@ def test_folder_drops_become_chunks(sidecar, migrated_dsn: str, tmp_path: Path) 
         for i in range(0, len(data), len(data) // 5 + 1):
             f.write(data[i : i + len(data) // 5 + 1])
             f.flush()
-            time.sleep(0.3)
+            time.sleep(0.2)  # a pause of the writer longer than the settle time would read a part
     assert wait_for(lambda: finished(dsn, "slow.pdf"), what="slow copy") == "done"
 
     # A browser-style download: written as .part, renamed when complete.
@@ -146,12 +146,24 @@ def test_a_flood_of_notifications_during_a_drain_holds_no_snapshot(sidecar, migr
     """While the workers drain a burst, notifications keep coming (other writers, other channels' habits): each
     worker's LISTEN connection is read as they come, so its server process never waits inside a transaction, holding
     back the database's xmin horizon (vacuum, and the queue index's dead entries) until the drain ends."""
-    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+    not_done = "SELECT count(*) FROM connector.documents WHERE status <> 'done'"
+    inserted = [0]
+
+    def burst(rows: int) -> None:
         conn.execute(
             "INSERT INTO connector.documents (source_key, content) "
             "SELECT 'burst/' || g, 'Row ' || g || '. ' || repeat('A sentence about queues and workers. ', 30) "
-            "FROM generate_series(1, 6000) g"
+            "FROM generate_series(%s::int, %s::int) g",
+            (inserted[0] + 1, inserted[0] + rows),
         )
+        inserted[0] += rows
+
+    def keep_draining() -> None:  # a fast machine must not end the drain before the test has looked
+        if conn.execute(not_done).fetchone()[0] < 2000:
+            burst(2000)
+
+    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+        burst(6000)
         wait_for(lambda: conn.execute("SELECT count(*) FROM connector.documents WHERE status = 'done'").fetchone()[0],
                  what="the drain to start")  # fmt: skip
         # 40,000 distinct payloads (Postgres folds only identical ones): over a megabyte for each listener, several
@@ -164,16 +176,16 @@ def test_a_flood_of_notifications_during_a_drain_holds_no_snapshot(sidecar, migr
         wait_for(lambda: len(conn.execute(listeners).fetchall()) == 2, what="both workers' LISTEN connections")
 
         def none_held() -> bool:
+            keep_draining()
             return all(xmin is None for _, xmin in conn.execute(listeners).fetchall())
 
         wait_for(none_held, timeout=10, what="the listening backends to hold no snapshot")
-        pending = conn.execute("SELECT count(*) FROM connector.documents WHERE status <> 'done'").fetchone()[0]
+        pending = conn.execute(not_done).fetchone()[0]
         # (Unread, their backends hold one until the drain ends: then this is 0.)
         assert pending > 0, "no snapshot held only once the drain was over (or the burst was too short to tell)"
         time.sleep(1.0)
         assert none_held()
-        wait_for(lambda: conn.execute("SELECT count(*) FROM connector.documents WHERE status <> 'done'").fetchone()[0]
-                 == 0, timeout=120, what="the burst to be done")  # fmt: skip
+        wait_for(lambda: conn.execute(not_done).fetchone()[0] == 0, timeout=180, what="the burst to be done")
         assert_consistent(conn)
 
 

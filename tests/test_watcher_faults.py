@@ -396,7 +396,7 @@ class SlowChat:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 if chat.MARK.encode() in body:
-                    chat.released.wait(120)
+                    chat.released.wait()  # set by release() or close(): a test's whole length, however slow
                 answer = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": ""}}
                 payload = json.dumps({"id": "x", "object": "chat.completion", "choices": [answer]}).encode()
                 self.send_response(200)
@@ -437,8 +437,8 @@ def test_replicas_restarting_next_to_each_other_steal_nothing(migrated_dsn, star
         wait_for(lambda: _status(dsn, "slow.txt") == "processing", timeout=60, what="replica A processing slow.txt")
         for restart in range(4):
             b = start_process(*args, **env, CONNECTOR_LLM_CACHE_DIR=str(tmp_path / "llm-b"))
-            wait_for(lambda b=b: "watching" in output_of(b), timeout=60, what="replica B watching")
-            time.sleep(2.5)  # its start rescan settled and was applied
+            wait_for(lambda b=b: "(start) in" in output_of(b), timeout=60, what="replica B's start rescan")
+            time.sleep(2.5)  # what that rescan touched has settled (0.3 s) and been queued or found unchanged
             if restart == 3:
                 break
             b.send_signal(signal.SIGTERM)

@@ -23,7 +23,7 @@ from connector.pipeline import Pipeline
 from connector.settings import Settings
 from connector.worker import Worker
 from tests.conftest import FIXTURES, output_of, wait_for
-from tests.dbchecks import assert_consistent
+from tests.dbchecks import assert_consistent, backoff_ends, backoff_left
 
 WORDS = (FIXTURES / "apache-2.0.txt").read_text().split()
 
@@ -93,9 +93,11 @@ class BuggyOnceEmbedder(FakeEmbedder):
 
 
 def test_an_unexpected_exception_costs_a_try_with_backoff_not_the_document(settings: Settings) -> None:
-    settings = settings.model_copy(update={"retry_base_seconds": 0.3, "max_attempts": 3})
+    settings = settings.model_copy(update={"retry_base_seconds": 60, "max_attempts": 3})
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
-        conn.execute("INSERT INTO connector.documents (source_key, content) VALUES ('doc', %s)", (_text(1),))
+        doc = conn.execute(
+            "INSERT INTO connector.documents (source_key, content) VALUES ('doc', %s) RETURNING id", (_text(1),)
+        ).fetchone()[0]
         worker = Worker(conn, Pipeline(settings, BuggyOnceEmbedder()), [])
         assert worker.process(worker.store.claim_next(60, "w")) == "retry"
         status, retries, error, waiting = conn.execute(
@@ -103,8 +105,9 @@ def test_an_unexpected_exception_costs_a_try_with_backoff_not_the_document(setti
         ).fetchone()
         assert (status, retries, waiting) == ("pending", 1, True)
         assert error.startswith("internal error: RuntimeError: Already borrowed")
+        assert 55 < backoff_left(conn, doc) <= 60, "the settings' first backoff"
         assert worker.store.claim_next(60, "w") is None, "backing off"
-        time.sleep(0.35)
+        backoff_ends(conn, doc)
         assert worker.process(worker.store.claim_next(60, "w")) == "done"
         assert_consistent(conn)
 
