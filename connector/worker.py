@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 Result = Literal["done", "unchanged", "failed", "superseded", "retry"]
 MAX_BACKOFF_S = 300.0
 FLUSH_SECONDS = 1.0
+# How long a worker waiting on the pool may miss a stop: the rows it has not handed over go back at once, even while
+# every pool process is busy with long documents (of other threads) and nothing of its own finishes.
+STOP_CHECK_SECONDS = 0.5
 INDEX_CHECK_SECONDS = 60.0  # how often a worker asks for the chunks' HNSW index until it exists (migration 0015)
 # Finished documents are written once this long has passed since the first of them started (short rows: a whole
 # batch at a time), and before a document that is not short starts (a file, a row over `ClaimedRow.short`).
@@ -459,6 +462,8 @@ class Worker:
                 if done:
                     continue
                 until = min(self._next_beat, first_ready + FLUSH_SECONDS) if ready else self._next_beat
+                if keep > 0:
+                    until = min(until, time.monotonic() + STOP_CHECK_SECONDS)
                 # This thread renews the leases while it waits (its connection is idle meanwhile).
                 futures.wait([started.future for started, _ in in_flight], timeout=max(0.0, until - time.monotonic()),
                              return_when=futures.FIRST_COMPLETED)  # fmt: skip

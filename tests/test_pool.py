@@ -686,3 +686,40 @@ def test_stopped_mid_batch_the_rows_never_started_go_back_at_once_and_the_finish
         assert max(rows[i][2] for i in back) < min(rows[i][3] for i in written), "handed back before any write"
         assert set(results) == set(written), "the rows handed back are not reported as processed"
         assert_consistent(conn)
+
+
+def test_stopped_while_the_pool_answers_nothing_the_rows_never_started_still_go_back_at_once(
+    settings, pool, monkeypatch
+) -> None:
+    """The worker waiting for room in the pool woke on a finished document or on its next heartbeat (a third of the
+    lease), not on a stop: with every pool process busy with long documents (another thread's, say), the rows it
+    had not handed over stayed in its hands that long after a SIGTERM. Here the pool processes are held still."""
+    import connector.worker
+
+    monkeypatch.setattr(connector.worker, "FLUSH_SECONDS", 3600.0)
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        _insert(conn, 32)
+        pool.warm()
+        # A lease of 20 minutes: the next heartbeat, which would also wake the worker, is minutes away.
+        lease = settings.model_copy(update={"batch_size": 32, "lease_seconds": 1200})
+        worker = Worker(conn, Pipeline(lease, FakeEmbedder(), pool=pool), [])
+        stop = threading.Event()
+        done = threading.Thread(target=worker.drain, args=(stop,))
+        held = pool.pids()
+        for pid in held:  # before the first document reaches them: nothing the worker hands over finishes
+            os.kill(pid, signal.SIGSTOP)
+        done.start()
+        try:
+            wait_for(lambda: pool.tasks >= 4, timeout=60, interval=0.01, what="four groups handed to the pool")
+            stop.set()
+            with connect(settings.dsn.get_secret_value(), autocommit=True) as check:
+                back = "SELECT count(*) FROM connector.documents WHERE status = 'pending' AND claimed_by IS NULL"
+                # 16 rows are in the pool (held still): the other 16 go back while it still answers nothing.
+                wait_for(lambda: check.execute(back).fetchone()[0] == 16, timeout=60, what="the 16 never started back")
+        finally:
+            for pid in held:
+                os.kill(pid, signal.SIGCONT)
+            done.join(120)
+        assert not done.is_alive()
+        assert _status(conn) == {"done": 16, "pending": 16}
+        assert_consistent(conn)
