@@ -339,18 +339,23 @@ def test_bad_inputs_fail_with_clear_messages_and_documents_after_them_succeed(
         "r1-no-content": "neither content nor content_bytes",
         "r2-garbage-pdf": "PDF",
         "r3-unsupported-type": "unsupported file type 'image/png' (not text",
-        "r5-outside-roots": "outside the folders",
         "picture.png": "unsupported file type (looks like a PNG image)",
     }
     for key, said in expected.items():
         status, error = docs[key]
         assert status == "failed" and said in (error or ""), (key, status, error)
     assert not REFUSED & set(docs), "refused files are never queued"
+    # A folder row whose file lies outside every folder this sidecar reads is not its to read (nor to fail): it
+    # waits, never claimed, for a process that reads that folder.
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(
+            "SELECT status, attempts, last_error FROM connector.documents WHERE source_key = 'r5-outside-roots'"
+        ).fetchone() == ("pending", 0, None)
     # A queued file that vanished before it was read: its document goes with it (the folder is mirrored).
     assert "r4-deleted-before-read" not in docs
     assert "symlink points outside" in output_of(proc)
     # The catastrophic pattern is stopped by the regex timeout; the document still gets chunked.
     assert docs["r6-catastrophic-regex"][0] == "done" and fallback and "ran longer than" in fallback[0]
     assert docs["z-good.txt"][0] == docs["r7-good"][0] == "done"
-    cases = len(expected) + len(REFUSED) + 2
+    cases = len(expected) + len(REFUSED) + 3
     assert cases >= 20

@@ -15,11 +15,13 @@ from connector.db.store import Store
 from connector.embedders.base import Embeddings
 from connector.embedders.fake import FakeEmbedder
 from connector.errors import TransientError
+from connector.ingest import ingest, select
 from connector.pipeline import Pipeline
 from connector.settings import Settings
 from connector.sources import table as tables
 from connector.worker import Worker
 from tests.dbchecks import assert_consistent, backoff_ends, backoff_left, lease_ends
+from tests.test_batches import _status
 
 TEXT = "The queue is a table. Workers claim rows from it with SKIP LOCKED and a lease. " * 20
 
@@ -226,6 +228,34 @@ def test_a_worker_serving_only_the_table_leaves_folder_rows_to_the_watchers(sett
         assert store.claim_next(60, "table-only worker", []) is None, "a --no-watch worker must not fail it"
         row = store.claim_next(60, "watcher", [inbox])
         assert row is not None and row.source_key == "a.txt"
+
+
+def test_a_sidecar_leaves_the_files_of_folders_it_does_not_read_to_those_that_do(settings: Settings, tmp_path) -> None:
+    """A file `connector ingest` read from elsewhere, queued again (`connector retry`, the README's re-embed UPDATE),
+    was claimed by the sidecar watching its own folder and failed: "outside the folders this connector reads" (the
+    last error overwritten, the try counted). Replicas watching different folders did the same to each other's."""
+    inbox, other, sibling = tmp_path / "inbox", tmp_path / "elsewhere", tmp_path / "inbox2"
+    for folder in (inbox, other, sibling):
+        folder.mkdir()
+        (folder / "a.txt").write_text(TEXT)
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        store = Store(conn)
+        pipeline = Pipeline(settings, FakeEmbedder())
+        selection = select([other / "a.txt"])
+        assert ingest(conn, pipeline, selection).counts["done"] == 1
+        conn.execute("UPDATE connector.documents SET status = 'pending', content_hash = NULL WHERE status = 'done'")
+        store.enqueue_file("sibling/a.txt", sibling / "a.txt", "text/plain", "h")  # `inbox` is no prefix of `inbox2`
+        before = conn.execute("SELECT source_key, attempts FROM connector.documents ORDER BY 1").fetchall()
+        watcher = Worker(conn, pipeline, [inbox])
+        assert watcher.drain(threading.Event()) == 0
+        assert store.claim_batch(60, "inbox's", [inbox], 32, 10**9) == []
+        assert conn.execute("SELECT source_key, attempts FROM connector.documents ORDER BY 1").fetchall() == before
+        assert _status(conn) == {"pending": 2}, "waiting, untried, for a process that reads their folder"
+        # Whoever reads the folder takes it: `connector ingest` again, a sidecar on that folder (by any spelling).
+        assert ingest(conn, pipeline, selection).counts["done"] == 1
+        assert Worker(conn, pipeline, [sibling / ".." / "inbox2"]).drain(threading.Event()) == 1
+        assert _status(conn) == {"done": 2}
+        assert_consistent(conn)
 
 
 def test_only_their_owner_can_attach_the_watch_functions(settings: Settings) -> None:

@@ -81,7 +81,9 @@ RETURNING {_CLAIMED_COLUMNS}
 """
 
 # Pending rows (unless backing off after a transient failure), and rows whose claim lease ran out (their worker
-# died: that counts as a try), oldest first; folder rows only for workers that read files (not `--no-watch` ones).
+# died: that counts as a try), oldest first; folder rows only for workers that read their folder (`roots`: the
+# folders' paths, each ending in a separator): not `--no-watch` ones, and not a sidecar watching another folder,
+# which could only fail them (a file `connector ingest` read from elsewhere, a replica with its own folder).
 # SKIP LOCKED lets any number of workers claim concurrently without waiting on each other. `attempts` is the claim
 # token: a worker's writes only land while the row still carries the attempt number it claimed, so a worker that
 # lost its lease can never overwrite a newer result.
@@ -94,7 +96,7 @@ WHERE id = (
     SELECT id FROM connector.documents
     WHERE ((status = 'pending' AND (retry_after IS NULL OR retry_after <= now()))
            OR (status = 'processing' AND lease_expires_at < now()))
-      AND (source <> 'folder' OR %(reads_files)s)
+      AND (source <> 'folder' OR EXISTS (SELECT FROM unnest(%(roots)s::text[]) AS r WHERE starts_with(file_path, r)))
     ORDER BY id
     FOR UPDATE SKIP LOCKED
     LIMIT 1
@@ -115,7 +117,7 @@ WITH candidates AS (
     FROM connector.documents
     WHERE ((status = 'pending' AND (retry_after IS NULL OR retry_after <= now()))
            OR (status = 'processing' AND lease_expires_at < now()))
-      AND (source <> 'folder' OR %(reads_files)s)
+      AND (source <> 'folder' OR EXISTS (SELECT FROM unnest(%(roots)s::text[]) AS r WHERE starts_with(file_path, r)))
     ORDER BY id
     FOR UPDATE SKIP LOCKED
     LIMIT %(limit)s

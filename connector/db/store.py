@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,9 +158,9 @@ class Store:
         return {row.source_key: row for row in rows}
 
     def claim_next(self, lease_seconds: int, worker: str = "", roots: Sequence[Path] = ()) -> ClaimedRow | None:
-        """The oldest claimable row; folder rows only for a worker that reads files (has `roots`): a worker serving
-        only the table leaves them to one that watches the folder."""
-        params = {"lease": lease_seconds, "worker": worker, "reads_files": bool(roots)}
+        """The oldest claimable row; folder rows only for a worker that reads their folder (one of `roots`): a
+        worker serving only the table leaves them to one that watches the folder."""
+        params = {"lease": lease_seconds, "worker": worker, "roots": _prefixes(roots)}
         with self.conn.transaction(), self.conn.cursor(row_factory=class_row(ClaimedRow)) as cur:
             return cur.execute(queries.CLAIM_NEXT, params).fetchone()
 
@@ -235,7 +236,7 @@ class Store:
     ) -> list[ClaimedRow]:
         """Up to `limit` claimable rows, oldest first, holding at most `max_bytes` of content (the first always),
         each under its own lease and claim token."""
-        params = {"lease": lease_seconds, "worker": worker, "reads_files": bool(roots), "limit": limit,
+        params = {"lease": lease_seconds, "worker": worker, "roots": _prefixes(roots), "limit": limit,
                   "max_bytes": max_bytes}  # fmt: skip
         with self.conn.transaction(), self.conn.cursor(row_factory=class_row(ClaimedRow)) as cur:
             rows = cur.execute(queries.CLAIM_BATCH, params).fetchall()
@@ -412,3 +413,10 @@ class Store:
             with self.conn.cursor(row_factory=class_row(Failure)) as cur:
                 failures = cur.execute(queries.LAST_ERRORS, (last,)).fetchall()
         return StatusReport(counts, failures)
+
+
+def _prefixes(roots: Sequence[Path]) -> list[str]:
+    """What the path of a file under one of `roots` starts with: each root as given and resolved (rows keep the
+    path they were found at), ending in a separator (`/in` is not a prefix of `/inbox/a.txt`)."""
+    found = {str(p).rstrip(os.sep) + os.sep for root in roots for p in (root, root.resolve())}
+    return sorted(found)
