@@ -311,9 +311,9 @@ def ingest(
     settings = _settings(dsn, embedder=embedder)
     selection = select(paths)
     for p, reason in selection.skipped:
-        console.print(f"[yellow]skipped[/yellow] {printable(str(p))}: {reason}")
+        console.print(f"[yellow]skipped[/yellow] {reports.shown(str(p))}: {reports.shown(reason)}")
     if selection.clashes:
-        keys = ", ".join(selection.clashes)
+        keys = reports.shown(", ".join(selection.clashes))
         console.print(f"[red]error:[/red] several files would share the key {keys}: ingest them separately")
         raise typer.Exit(2)
     with _errors(), database(settings) as url:
@@ -322,18 +322,19 @@ def ingest(
         with contextlib.ExitStack() as cleanup, connect(url, autocommit=True) as conn:
             cleanup.callback(pipelines.close)
             cleanup.callback(pipeline.close)
-            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                       TimeElapsedColumn())  # fmt: skip
             with Progress(*columns, console=console) as progress:
                 task = progress.add_task("ingesting", total=len(selection.refs))
 
                 def on_file(ref) -> None:
-                    progress.update(task, description=ref.key, advance=0 if ref is selection.refs[0] else 1)
+                    progress.update(task, description=printable(ref.key), advance=0 if ref is selection.refs[0] else 1)
 
                 report = ingest_files(conn, pipeline, selection, on_file)
                 progress.update(task, completed=len(selection.refs))
     console.print(", ".join(f"{n} {k}" for k, n in report.counts.items() if n) or "nothing to ingest")
     for key, error in report.failures:
-        console.print(f"[red]failed[/red] {key}: {error}")
+        console.print(f"[red]failed[/red] {reports.shown(key)}: {reports.shown(error)}")
     if report.counts["failed"] or report.counts["retry"]:
         raise typer.Exit(1)
 
@@ -529,13 +530,15 @@ def status(dsn: DsnOption = None, last: Annotated[int, typer.Option(help="How ma
         held = Table("id", "key", "claimed by", "attempt", "heartbeat", "lease expires", title="in flight")
         for lease in leases:
             beat, expires = lease.heartbeat_at, lease.lease_expires_at
-            held.add_row(str(lease.id), lease.source_key, lease.claimed_by or "", str(lease.attempts),
+            held.add_row(str(lease.id), reports.cell(lease.source_key), reports.cell(lease.claimed_by or ""),
+                         str(lease.attempts),
                          f"{beat:%H:%M:%S}" if beat else "", f"{expires:%H:%M:%S}" if expires else "")  # fmt: skip
         out.print(held)
     if report.failures:
         failures = Table("id", "source", "key", "attempts", "error", "when")
         for f in report.failures:
-            failures.add_row(str(f.id), f.source, f.source_key, str(f.attempts), f.last_error or "",
+            failures.add_row(str(f.id), f.source, reports.cell(f.source_key), str(f.attempts),
+                             reports.cell(f.last_error or ""),
                              f"{f.updated_at:%Y-%m-%d %H:%M:%S}")  # fmt: skip
         out.print(failures)
 
@@ -559,9 +562,9 @@ def retry(
     with _errors(), database(settings) as url, connect(url, autocommit=True) as conn:
         rows = Store(conn).retry_failed(document)
     for row in rows:
-        console.print(f"requeued {row.id} {row.source_key}")
+        console.print(f"requeued {row.id} {reports.shown(row.source_key)}")
     if not rows:
-        console.print(f"no failed document{' ' + repr(document) if document else 's'} to requeue")
+        console.print(f"no failed document{' ' + reports.shown(repr(document)) if document else 's'} to requeue")
         raise typer.Exit(1 if document else 0)
 
 
@@ -648,10 +651,11 @@ def explain(
     with _errors(), database(settings) as url, connect(url) as conn:
         doc, rows, matches = Store(conn).explain(document)
     if doc is None:
-        console.print(f"[red]error:[/red] no document with id or source key {document!r}")
+        console.print(f"[red]error:[/red] no document with id or source key {reports.shown(repr(document))}")
         raise typer.Exit(1)
     if matches > 1:
-        console.print(f"[yellow]{matches} documents match {document!r}[/yellow]; showing id {doc.id} ({doc.source})")
+        named = reports.shown(repr(document))
+        console.print(f"[yellow]{matches} documents match {named}[/yellow]; showing id {doc.id} ({doc.source})")
     weights = settings.weights.as_dict()
     if as_json:
         print(json.dumps(reports.explain_payload(doc, rows, weights), indent=2, default=str))

@@ -10,10 +10,24 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from connector import qa
 from connector.db.rows import FoundDocument, StoredCandidate, StrategyMeans
+from connector.logs import printable
 from connector.settings import ChunkingSettings
+
+
+def cell(text: str) -> Text:
+    """What a document says (its text, key, title, section, error), as a table cell: never read as rich markup (a
+    chunk holding `[/usr/bin]` made `connector search` fail), and with control characters shown, not sent to the
+    terminal (an escape sequence in a document must not recolour or retitle it)."""
+    return Text(printable(text))
+
+
+def shown(text: str) -> str:
+    """The same, for a line of rich markup: `f"[red]failed[/red] {shown(key)}"`."""
+    return escape(printable(text))
 
 
 def console() -> Console:
@@ -215,10 +229,10 @@ def conversion_print(rows: list[dict], summary: dict) -> None:
     table = Table("file", "title", "pages", "chars", "blocks", "units", "tiled", "s")
     for r in rows:
         if "error" in r:
-            table.add_row(escape(r["file"]), "", "", "", f"[red]{escape(r['error'])}[/red]", "", "", "")
+            table.add_row(cell(r["file"]), "", "", "", f"[red]{shown(r['error'])}[/red]", "", "", "")
             continue
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(r["blocks"].items()))
-        table.add_row(escape(r["file"]), escape(r["title"] or ""), str(r["pages"] or ""), str(r["chars"]), kinds,
+        table.add_row(cell(r["file"]), cell(r["title"] or ""), str(r["pages"] or ""), str(r["chars"]), kinds,
                       str(r["units"]), "yes" if r["tiled"] else "[red]NO[/red]", f"{r['seconds']:.2f}")  # fmt: skip
     out = console()
     out.print(table)
@@ -302,7 +316,8 @@ def _shape_change(winner: StoredCandidate, runner: StoredCandidate) -> str:
 
 def explain_table(doc: FoundDocument, rows: list[StoredCandidate]) -> Table:
     error = doc.last_error
-    title = f"document {doc.id} ({doc.source}: {doc.source_key}) — {doc.status}" + (f": {error}" if error else "")
+    title = f"document {doc.id} ({doc.source}: {shown(doc.source_key)}) — {doc.status}" + (
+        f": {shown(error)}" if error else "")  # fmt: skip
     table = Table("strategy", "chunks", "RC", "ICC", "DCC", "BI", "SC", "RT", "score", "ms", "chosen", "why not run",
                   title=title)  # fmt: skip
 
@@ -318,7 +333,7 @@ def explain_table(doc: FoundDocument, rows: list[StoredCandidate]) -> Table:
     for c in rows:
         table.add_row(c.strategy, str(c.chunk_count), num(c.rc), num(c.icc), num(c.dcc), num(c.bi), num(c.sc),
                       num(c.rt), num(c.score), f"{c.elapsed_ms:.0f}", "yes" if c.chosen else "",
-                      c.error or "")  # fmt: skip
+                      cell(c.error or ""))  # fmt: skip
     return table
 
 
@@ -383,7 +398,8 @@ def search_table(question: str, results) -> Table:
             f"–{hit.page_end}" if hit.page_end not in (None, hit.page_start) else "")  # fmt: skip
         text = (r.passage.text if r.passage is not None else hit.text).strip()
         snippet = " ".join(text.split())[:200]
-        table.add_row(str(i), f"{hit.score:.4f}", hit.source_key, " › ".join(hit.section_path), pages, snippet)
+        table.add_row(str(i), f"{hit.score:.4f}", cell(hit.source_key), cell(" › ".join(hit.section_path)), pages,
+                      cell(snippet))  # fmt: skip
     return table
 
 

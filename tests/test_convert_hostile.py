@@ -194,6 +194,36 @@ def test_non_latin_text_in_utf16_converts() -> None:
     assert convert(codecs.BOM_UTF16_BE + text.encode("utf-16-be"), "text/plain", SETTINGS).markdown == text
 
 
+PG_PAGE = (FIXTURES / "postgresql-15-datatype-numeric.html").read_text()
+
+
+@pytest.mark.parametrize("charset", ["ISO-8859-1", "windows-1252", "latin1", "cp1252"])
+@pytest.mark.parametrize("mime", ["text/html", "application/octet-stream"])
+def test_an_html_page_in_the_charset_it_declares_converts_to_the_same_text(charset: str, mime: str) -> None:
+    """An HTML page of the 2000s in ISO-8859-1, saying so in its `<meta>` (and XML declaration), failed as "not valid
+    UTF-8". Read as WHATWG reads those labels (Windows-1252: its curly quotes are bytes 0x93 and 0x94)."""
+    page = PG_PAGE.replace('encoding="UTF-8"', f'encoding="{charset}"').replace("charset=UTF-8", f"charset={charset}")
+    data = page.encode("cp1252")
+    with pytest.raises(UnicodeDecodeError):
+        data.decode("utf-8")
+    assert "\u201c" in PG_PAGE and "\xa0" in PG_PAGE
+    assert convert(data, mime, SETTINGS) == convert(page.encode(), mime, SETTINGS)
+
+
+def test_a_declared_charset_does_not_override_utf8_nor_rescue_what_it_cannot_decode() -> None:
+    page = PG_PAGE.replace("charset=UTF-8", "charset=ISO-8859-1").replace('encoding="UTF-8"', 'encoding="latin1"')
+    assert convert(page.encode(), "text/html", SETTINGS) == convert(PG_PAGE.encode(), "text/html", SETTINGS)
+    undeclared = PG_PAGE.replace("charset=UTF-8", "").replace(' encoding="UTF-8"', "").encode("cp1252")
+    with pytest.raises(ConversionError, match="not valid UTF-8"):
+        convert(undeclared, "text/html", SETTINGS)
+    unknown = PG_PAGE.replace("charset=UTF-8", "charset=x-klingon").replace('encoding="UTF-8"', "")
+    with pytest.raises(ConversionError, match="not valid UTF-8"):
+        convert(unknown.encode("cp1252"), "text/html", SETTINGS)
+    shift_jis = PG_PAGE.replace("charset=UTF-8", "charset=Shift_JIS").replace('encoding="UTF-8"', "")
+    shift_jis = shift_jis.replace("Numeric Types", "数値型").replace("\xa0", " ").replace("\u201c", '"')
+    assert "数値型" in convert(shift_jis.replace("\u201d", '"').encode("shift_jis"), "text/html", SETTINGS).markdown
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connector.convert import convert, mime_for_path, pdf_layout
+from connector.convert import convert, mime_for_path, pdf_layout, sniff
 from connector.db.database import connect
 from connector.db.store import Store
 from connector.models import Document
@@ -180,6 +180,27 @@ def test_latin1_tex_fails_clearly_rather_than_guessing() -> None:
     latex = (REAL / "beamer-conference-talk.tex").read_bytes().decode("latin-1").encode()
     d = convert(latex, "text/x-tex", CHUNKING)
     assert {"Introduction", "The Model and the Problem"} <= set(headings(d))
+
+
+def test_iso_2022_jp_text_is_read_as_the_japanese_its_escapes_announce() -> None:
+    """Emacs's Japanese tutorial was stored as its 7-bit bytes: every chunk full of `ESC $ B` sequences (shown raw
+    by `connector search`: escape sequences sent to the terminal), its title `\x1b$B!v...`."""
+    d = doc("emacs-TUTORIAL.ja-excerpt")
+    assert d.markdown.startswith("Emacs 入門ガイド.  本ファイルの著作権については最後を御覧下さい。")
+    assert {"＊カーソル移動の基本", "＊著作権表示"} <= set(headings(d))
+    assert "\x1b" not in d.markdown and "Copyright (C) 1985, 1996, 1998, 2001-2022 Free Software" in d.markdown
+
+
+def test_pdf_bullets_without_a_unicode_mapping_are_list_items_and_no_control_character_is_kept() -> None:
+    """gnuplot's manual sets its bullets in a font whose glyph comes out as U+0088: they were kept as that control
+    character (in the chunks, and between them where no chunk covered it) and the items were not a list."""
+    d = doc("gnuplot-p23.pdf")
+    assert_tiles(d)
+    assert not sniff.CONTROLS.search(d.markdown)
+    items = [d.markdown[b.start : b.end] for b in d.blocks if b.kind == "list"]
+    assert any("- All evaluation of expressions and functions uses 64-integer arithmetic" in i for i in items)
+    assert any("- set vgrid $gridname size N creates an NxNxN grid of voxels." in i for i in items)
+    assert d.markdown.count("\n- ") >= 10, "each of the page's ten bullets starts an item"
 
 
 # --- reading order invariants -----------------------------------------------------------------------------------

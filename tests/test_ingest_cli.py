@@ -332,3 +332,32 @@ def test_help_shows_flags_without_a_type() -> None:
         out = runner.invoke(app, [command, "--help"], terminal_width=100)
         assert out.exit_code == 0 and "--" in out.output, (command, out.output)
         assert "<bool>" not in out.output, (command, out.output)
+
+
+def test_what_documents_say_is_printed_as_text_never_as_markup_or_terminal_escapes(tmp_path: Path, dsn: str) -> None:
+    """A chunk holding `[/usr/bin]` made rich read it as a closing tag: `connector search` failed with a
+    MarkupError; keys like `[red]tools.md` (in `ingest`'s progress bar and failure lines, `status`, `retry`) were
+    printed as colours. Escape sequences in a document reached the terminal."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "[red]tools.md").write_text("# [bold]Tools[/bold]\n\n" + "Install the flux tools into [/usr/bin] "
+                                                "and \x1b[31mcheck\x1b[0m them. " * 20)  # fmt: skip
+    (folder / "[b]oops.pdf").write_bytes(b"%PDF-1.4\n[/broken]")
+    result = ingest(tmp_path, dsn, folder)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "failed [b]oops.pdf: " in result.stderr and "1 done" in result.stderr, result.stderr
+    with psycopg.connect(dsn) as conn:
+        text = conn.execute("SELECT string_agg(text, '') FROM connector.chunks").fetchone()[0]
+    assert "[/usr/bin]" in text and "\x1b" not in text and "[31m" not in text, "escape sequences are not content"
+    with psycopg.connect(dsn, autocommit=True) as conn:  # what an older version (or a hand-made row) stored
+        conn.execute("UPDATE connector.chunks SET text = text || ' \x1b]0;pwned\x07\x1b[2J'")
+    env = child_env(tmp_path) | {"COLUMNS": "250"}
+    run = {"cwd": tmp_path, "env": env, "capture_output": True, "text": True, "timeout": 120}
+    found = subprocess.run(connector_cmd("search", "flux tools", "--dsn", dsn, "--embedder", "fake"), **run)
+    assert found.returncode == 0 and "Traceback" not in found.stderr, found.stderr
+    assert "[red]tools.md" in found.stdout and "\x1b" not in found.stdout, found.stdout
+    assert "[bold]Tools[/bold]" in found.stdout, "a section named in markup is shown as written"
+    status = subprocess.run(connector_cmd("status", "--dsn", dsn), **run)
+    assert status.returncode == 0 and "[b]oops.pdf" in status.stdout, status.stderr
+    retried = subprocess.run(connector_cmd("retry", "[b]oops.pdf", "--dsn", dsn), **run)
+    assert retried.returncode == 0 and "requeued" in retried.stderr and "[b]oops.pdf" in retried.stderr, retried.stderr

@@ -99,7 +99,7 @@ def _convert(data: bytes, mime_type: str, settings: ChunkingSettings) -> Documen
         document = Document(source, blocks, title=markdown.front_matter_title(source) or
                             markdown.first_title(source, blocks))  # fmt: skip
     elif mime in ("text/html", "application/xhtml+xml"):
-        document = _from_html(decode(data), settings)
+        document = _from_html(sniff.decode_declared(data), settings)
     elif mime.startswith("text/"):
         document = _from_text(decode(data), _TEXT_DIALECT.get(mime))
     else:
@@ -123,7 +123,7 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
     what = sniff.magic(data)
     if what is None:
         try:
-            source = decode(data)
+            source = sniff.decode_declared(data)
         except sniff.BinaryData:
             what = "looks like binary data"
         except sniff.EmptyText:

@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 
-from connector.convert import markdown, ocr, pdf_layout, pdf_tables, slides
+from connector.convert import markdown, ocr, pdf_layout, pdf_tables, slides, sniff
 from connector.errors import ConversionError
 from connector.models import Document
 from connector.pool import usable_cores
@@ -53,6 +53,7 @@ _BOLD_FONT = re.compile(r"bold|black|heavy|^cmbx|^lmbx|\.b$|-b$", re.IGNORECASE)
 _NUMBERED_HEADING = re.compile(r"^(?:[A-Z]|\d{1,2})(?:\.\d{1,2}){0,4}\.?\s+[^\W\d_]", re.UNICODE)
 WATERMARK_WORDS = 3  # a paragraph this short on at least half of the pages, anywhere, is a watermark ("DRAFT")
 _BULLET = re.compile(r"^[•◦▪▸►‣∙·–]\s*", re.MULTILINE)
+_CODE_BULLET = re.compile(r"^([ \t]*)[\x01-\x08\x0e-\x1f\x7f-\x9f](?=[ \t])", re.MULTILINE)
 _FOOTNOTE_MARK = re.compile(r"^(\d{1,3}|[*†‡§¶])\s+(?=[A-Za-z“\"(])")
 _MARKDOWN_START = re.compile(r"^(?=[#>|]|[-=]{3,}\s*$)", re.MULTILINE)
 
@@ -302,8 +303,11 @@ def _escape(text: str) -> str:
 
 
 def clean(text: str) -> str:
+    # A glyph without a Unicode mapping comes out as its font code, often a control character: at the start of a
+    # line, before a space, it is a bullet (LaTeX's, in gnuplot's manual: U+0088), elsewhere a symbol we cannot name.
+    text = sniff.drop_controls(_CODE_BULLET.sub(r"\1•", text))
     # NFKC would also fold ligatures, but it rewrites too much (superscripts, fractions): NFC plus a ligature map.
-    text = unicodedata.normalize("NFC", text.replace("\x00", "")).translate(_LIGATURES)
+    text = unicodedata.normalize("NFC", text).translate(_LIGATURES)
     text = "\n".join(line.rstrip() for line in text.strip().splitlines())
     return _HYPHENATED.sub("", text)
 

@@ -1,9 +1,13 @@
 """Bytes → text, and what a file really is when its name says PDF.
 
 Text encodings: a byte-order mark decides (UTF-8, UTF-16 or UTF-32, either byte order); without one, UTF-16 is
-recognised only where that is reliable (see `_utf16_without_bom`), and everything else must be UTF-8. No charset is
-guessed beyond that: a Latin-1 or Windows-1252 file fails as "not valid UTF-8", since a guess that is wrong for a
-short file stores mojibake that nobody sees, where a clear failure says what to fix.
+recognised only where that is reliable (see `_utf16_without_bom`), 7-bit text that switches character sets with
+ISO 2022 escapes (`ESC $ B`: Japanese mail and Emacs tutorials) is read as ISO-2022-JP/KR, which those escapes name,
+an HTML or XML page that is not UTF-8 is read in the charset it declares (`<meta charset>`, `<?xml encoding>`),
+and everything else must be UTF-8. No charset is guessed beyond that: a Latin-1 or Windows-1252 file fails as "not
+valid UTF-8", since a guess that is wrong for a short file stores mojibake that nobody sees, where a clear failure
+says what to fix. Control characters are dropped from the text (terminal escape sequences whole): they show
+nothing, and would reach a terminal that prints a search hit.
 """
 
 from __future__ import annotations
@@ -50,6 +54,23 @@ _HTML_START = re.compile(
     re.IGNORECASE,
 )
 _XHTML = re.compile(r"\s*<\?xml[^>]*>.{0,1024}?<html[\s>]", re.IGNORECASE | re.DOTALL)
+
+
+# ISO 2022 designations of a multi-byte set (G0: `ESC $ @`, `ESC $ B`, `ESC $ A`, `ESC $ ( C`, `ESC $ ( D`; the
+# Korean G1 header `ESC $ ) C`), in text of 7-bit bytes: the codecs that read what those escapes announce.
+_ISO2022 = re.compile(rb"\x1b\$(?:[@AB]|\([CD]|\)C)")
+_ISO2022_CODECS = ("iso2022_jp_2", "iso2022_jp_ext", "iso2022_kr")
+# ANSI/VT escape sequences (CSI `ESC [ ... m`, OSC `ESC ] ... BEL`, two-byte `ESC x`), then any other control
+# character but tab, newline and form feed (a page break in plain text).
+_ESCAPE_SEQUENCE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]*[0-~])?")
+CONTROLS = re.compile("[\x00-\x08\x0b\x0d-\x1f\x7f-\x9f]")
+
+
+def drop_controls(text: str) -> str:
+    """`text` without escape sequences and control characters (tab, newline and form feed stay)."""
+    if not CONTROLS.search(text):
+        return text
+    return CONTROLS.sub("", _ESCAPE_SEQUENCE.sub("", text))
 
 
 class BinaryData(ConversionError):
@@ -150,6 +171,12 @@ def not_a_pdf(data: bytes) -> str:
 def decode(data: bytes) -> str:
     """The text of `data`, newlines normalised to "\\n"; `ConversionError` for binary data, bad or empty text."""
     codec, skip = _codec(data)
+    if codec == "utf-8" and not skip and _ISO2022.search(data) and data.isascii():
+        for iso2022 in _ISO2022_CODECS:
+            try:
+                return _text(data.decode(iso2022))
+            except UnicodeDecodeError:
+                continue  # not that one's escapes: read as UTF-8 below, the escapes dropped as controls
     try:
         source = data[skip:].decode(codec)
     except UnicodeDecodeError as exc:
@@ -159,9 +186,55 @@ def decode(data: bytes) -> str:
         ) from exc
     if "\x00" in source:
         raise BinaryData()
+    return _text(source)
+
+
+# A charset an HTML or XML document declares in its first 1024 bytes (HTML's prescan window): `<meta charset=…>`,
+# `<meta http-equiv="Content-Type" content="text/html; charset=…">`, `<?xml … encoding="…"?>`.
+_DECLARED = re.compile(
+    rb"<meta\s[^>]*?charset\s*=\s*[\"']?\s*([\w.:-]+)|<\?xml\s[^>]*?encoding\s*=\s*[\"']([\w.:-]+)", re.IGNORECASE
+)
+# What WHATWG's Encoding Standard reads these labels as (the bytes 0x80-0x9F of old pages are Windows-1252's).
+_WHATWG_ALIASES = {"latin_1": "cp1252", "ascii": "cp1252", "iso8859_1": "cp1252"}
+
+
+def declared_charset(data: bytes) -> str | None:
+    """The Python codec of the charset `data` declares for itself (HTML, XML), if any and known; never UTF-16 or
+    UTF-32, which a document in an ASCII-compatible encoding cannot truly be (a byte-order mark says those)."""
+    found = _DECLARED.search(data[:PDF_HEADER_WINDOW])
+    if not found:
+        return None
+    try:
+        codec = codecs.lookup((found.group(1) or found.group(2)).decode("ascii")).name.replace("-", "_")
+    except (LookupError, UnicodeDecodeError):
+        return None
+    if codec.startswith(("utf_16", "utf_32")):
+        return None
+    return _WHATWG_ALIASES.get(codec, codec)
+
+
+def decode_declared(data: bytes) -> str:
+    """`decode(data)`; where that fails as invalid UTF-8, the charset the document declares (an HTML page of the
+    2000s in ISO-8859-1 says so in a `<meta>`): a declaration, not a guess."""
+    try:
+        return decode(data)
+    except (BinaryData, EmptyText):
+        raise
+    except ConversionError as exc:
+        codec = declared_charset(data)
+        if codec is None or codec == "utf_8":
+            raise
+        try:
+            return _text(data.decode(codec))
+        except UnicodeDecodeError:
+            raise exc from None
+
+
+def _text(source: str) -> str:
     source = source.replace("\r\n", "\n").replace("\r", "\n")
     if not source.strip():
         raise EmptyText("document is empty")
+    source = drop_controls(source)
     if not visible(source):
         raise EmptyText(NOTHING_VISIBLE)
     return source
