@@ -5,14 +5,38 @@ formatters scrub what they write."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import re
 import sys
+from collections.abc import Iterator
 
 from connector.secrets import SecretFilter, scrub
 
 _CONTEXT = ("document_id", "source_key")
+# The document this thread works on, for lines logged by code that does not know it (a converter saying a PDF is
+# damaged, in a pool process): `about()` sets it, every handler's `_DocumentFilter` adds it to the record.
+_document: contextvars.ContextVar[dict[str, object] | None] = contextvars.ContextVar("document", default=None)
+
+
+@contextlib.contextmanager
+def about(document_id: int, source_key: str) -> Iterator[None]:
+    token = _document.set({"document_id": document_id, "source_key": source_key})
+    try:
+        yield
+    finally:
+        _document.reset(token)
+
+
+class _DocumentFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in (_document.get() or {}).items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
+
 
 # Control characters (a newline in a file name would forge a log line), line separators, and the surrogates that
 # stand for the undecodable bytes of a non-UTF-8 file name (they cannot even be written to a UTF-8 stream).
@@ -61,6 +85,7 @@ def formatter(kind: str) -> logging.Formatter:
 def handler(kind: str) -> logging.Handler:
     """The stderr handler of every command: scrubbed records, in the configured format."""
     out = logging.StreamHandler(sys.stderr)
+    out.addFilter(_DocumentFilter())
     out.addFilter(SecretFilter())
     out.setFormatter(formatter(kind))
     return out

@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from connector import candidates, chunkers, metrics
+from connector import candidates, chunkers, logs, metrics
 from connector.convert import convert
 from connector.embed import attach, winner_texts
 from connector.embedders import Embedder, spec_of
@@ -61,7 +61,7 @@ class Chooser:
     def choose(self, source: SourceDocument) -> Chosen:
         """Every stage up to the winner: convert, candidates and guards, metrics, selection."""
         timer = Timer()
-        with timer("convert"):
+        with timer("convert"), logs.about(source.id, source.source_key):
             document = convert(source.data, source.mime_type, self.settings.chunking)
         pool = candidates.generate(document, self.chunkers, self.settings.chunking, timer, self.parallel)
         scored = metrics.score_all(document, pool, self.settings, self.resources, timer)

@@ -7,12 +7,16 @@ from __future__ import annotations
 import codecs
 import html
 import io
+import json
+import logging
+import re
 import sys
 import zipfile
 
 import pymupdf
 import pytest
 
+from connector import logs
 from connector.convert import convert
 from connector.errors import ConversionError, UnsupportedDocument
 from connector.settings import ChunkingSettings
@@ -355,3 +359,33 @@ def test_html_keeps_section_headers_notes_and_section_signs() -> None:
         assert chrome not in md
     only_chrome = "<html><body><div class='navbar'><p>Everything here sits in a nav-like class.</p></div></body></html>"
     assert "Everything here" in convert(only_chrome.encode(), "text/html", SETTINGS).markdown, "converted whole"
+
+
+def _damaged(pdf: bytes) -> bytes:
+    """The PDF with every third compressed stream's bytes zeroed part way in: what a bad copy leaves."""
+    data = bytearray(pdf)
+    for n, m in enumerate(re.finditer(rb"/FlateDecode[^>]*>>\s*stream\r?\n", pdf), 1):
+        if n % 3 == 0:
+            data[m.end() + 20 : m.end() + 60] = bytes(40)
+    return bytes(data)
+
+
+def test_a_damaged_pdf_is_one_warning_about_its_document_not_mupdfs_lines_on_stderr(capfd) -> None:
+    """MuPDF printed each problem of a damaged PDF on stderr itself (108 lines for one Debian manual): outside the
+    log's format, a JSON log broken, and no word of which document."""
+    out = logs.handler("json")  # the sidecar's handler, on this test's captured stderr
+    logger = logging.getLogger("connector.convert.pdf")
+    logger.addHandler(out)
+    try:
+        with logs.about(7, "manuals/lppl.pdf"):
+            doc = convert(_damaged(PDF), "application/pdf", SETTINGS)
+    finally:
+        logger.removeHandler(out)
+    assert "LaTeX Project Public License" in doc.markdown, "what could be read is kept"
+    lines = capfd.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    entry = json.loads(lines[0])
+    assert entry["level"] == "WARNING" and entry["message"].startswith("PDF is damaged: MuPDF reported")
+    assert (entry["document_id"], entry["source_key"]) == (7, "manuals/lppl.pdf")
+    convert(PDF, "application/pdf", SETTINGS)
+    assert capfd.readouterr().err == "", "an intact PDF after it: nothing left over to report"

@@ -189,4 +189,5 @@ def test_long_pdfs_are_extracted_in_parallel_with_the_same_result() -> None:
     pages = [[(72, 11, f"Page {n} says something different: {'word ' * (n % 7 + 3)}")] for n in range(70)]
     data = _typeset(pages)
     assert len(pages) >= pdf.PARALLEL_MIN_PAGES
-    assert pdf._extract(data, len(pages), False) == pdf.extract_pages(data, 0, len(pages), False)
+    extracted, said = pdf._extract(data, len(pages), False)
+    assert extracted == pdf.extract_pages(data, 0, len(pages), False) and not any(said), said

@@ -13,6 +13,7 @@ as pages.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import re
 import unicodedata
@@ -42,6 +43,7 @@ _DIGITS = re.compile(r"\d+")
 _NUMBERED = re.compile(r"^\s*(?:\d{1,4}|[ivxlcdm]{1,6})\b|\b(?:\d{1,4}|[ivxlcdm]{1,6})\s*$", re.IGNORECASE)
 
 
+log = logging.getLogger(__name__)
 PARALLEL_MIN_PAGES = 64  # below this, starting worker processes costs more than it saves
 BATCH_PAGES = 32  # pages per task: the most extracted pages a worker holds at once
 HEADING_RATIO = 1.15  # a short paragraph this much larger than the body text is a heading
@@ -73,9 +75,26 @@ class Para:
     bold: bool = False  # every character set in a bold face
 
 
-def convert(data: bytes, settings: ChunkingSettings) -> Document:
+def _mupdf():
+    """PyMuPDF, its messages kept for `_report_damage` instead of printed: MuPDF wrote each on stderr, outside the
+    log's format (a JSON log got 108 bare lines for one damaged manual), without saying which document."""
     import pymupdf
 
+    pymupdf.TOOLS.mupdf_display_errors(False)
+    pymupdf.TOOLS.mupdf_display_warnings(False)
+    return pymupdf
+
+
+def _report_damage(messages: list[str]) -> None:
+    lines = [line for m in messages for line in m.splitlines() if line.strip()]
+    if lines:
+        log.warning("PDF is damaged: MuPDF reported %d problem(s) reading it (first: %s); text may be missing from "
+                    "the pages it could not read", len(lines), lines[0])  # fmt: skip
+
+
+def convert(data: bytes, settings: ChunkingSettings) -> Document:
+    pymupdf = _mupdf()
+    pymupdf.TOOLS.mupdf_warnings()  # what an earlier document left
     try:
         pdf = pymupdf.open(stream=data, filetype="pdf")
     except Exception as exc:  # pymupdf raises several types (FileDataError, RuntimeError) for broken files
@@ -88,13 +107,14 @@ def convert(data: bytes, settings: ChunkingSettings) -> Document:
     if count == 0:
         raise ConversionError("PDF has no pages")
     try:
-        pages = _extract(data, count, settings.keep_navigation)
+        pages, messages = _extract(data, count, settings.keep_navigation)
         scanned = _image_only(data, pages)
         read = ocr.read_pages(data, scanned, settings) if scanned and settings.ocr and ocr.available() else {}
     except ocr.OcrError:
         raise
     except Exception as exc:
         raise ConversionError(f"cannot read PDF: {exc}") from exc
+    _report_damage([*messages, pymupdf.TOOLS.mupdf_warnings()])
     pages = [read.get(n, page) for n, page in enumerate(pages)]
     if slides.is_deck(pages):
         pages = slides.frame_titles(remove_furniture(slides.collapse_overlays(pages), slides.REPEAT_SHARE))
@@ -133,22 +153,30 @@ def _metadata_title(title: str | None) -> str | None:
     return title if len(title) >= 3 and not _JUNK_TITLE.match(title) else None
 
 
-def _extract(data: bytes, count: int, keep_navigation: bool) -> list[list[Para]]:
+def _extract(data: bytes, count: int, keep_navigation: bool) -> tuple[list[list[Para]], list[str]]:
+    """The pages' paragraphs, and what MuPDF said in the worker processes that read them (if any)."""
     ranges = [(a, min(a + BATCH_PAGES, count)) for a in range(0, count, BATCH_PAGES)]
     if count < PARALLEL_MIN_PAGES or usable_cores() < 2:
-        return [page for a, b in ranges for page in extract_pages(data, a, b, keep_navigation)]
+        return [page for a, b in ranges for page in extract_pages(data, a, b, keep_navigation)], []
     # Processes, not threads: extraction is CPU-bound and holds the GIL. `spawn`, not `fork`: the sidecar process
     # may hold torch's thread pools, which do not survive a fork.
     with ProcessPoolExecutor(max_workers=2, mp_context=mp.get_context("spawn")) as pool:
-        batches = pool.map(
-            extract_pages, repeat(data), [a for a, _ in ranges], [b for _, b in ranges], repeat(keep_navigation)
-        )
-        return [page for batch in batches for page in batch]
+        batches = list(pool.map(
+            _extract_batch, repeat(data), [a for a, _ in ranges], [b for _, b in ranges], repeat(keep_navigation)
+        ))  # fmt: skip
+        return [page for batch, _ in batches for page in batch], [said for _, said in batches]
+
+
+def _extract_batch(data: bytes, first: int, last: int, keep_navigation: bool) -> tuple[list[list[Para]], str]:
+    pymupdf = _mupdf()
+    pymupdf.TOOLS.mupdf_warnings()
+    pages = extract_pages(data, first, last, keep_navigation)
+    return pages, pymupdf.TOOLS.mupdf_warnings()
 
 
 def _image_only(data: bytes, pages: list[list[Para]]) -> list[int]:
     """Pages (0-based) without text that show an image: scans, to be read by OCR."""
-    import pymupdf
+    pymupdf = _mupdf()
 
     empty = [n for n, page in enumerate(pages) if not page]
     if not empty:
@@ -159,7 +187,7 @@ def _image_only(data: bytes, pages: list[list[Para]]) -> list[int]:
 
 def extract_pages(data: bytes, first: int, last: int, keep_navigation: bool) -> list[list[Para]]:
     """Text blocks of pages [first, last), in reading order (runs in worker processes for long documents)."""
-    import pymupdf
+    pymupdf = _mupdf()
 
     with pymupdf.open(stream=data, filetype="pdf") as pdf:
         return [_page_paragraphs(pdf[n], keep_navigation) for n in range(first, last)]
