@@ -194,13 +194,24 @@ def test_iso_2022_jp_text_is_read_as_the_japanese_its_escapes_announce() -> None
 def test_pdf_bullets_without_a_unicode_mapping_are_list_items_and_no_control_character_is_kept() -> None:
     """gnuplot's manual sets its bullets in a font whose glyph comes out as U+0088: they were kept as that control
     character (in the chunks, and between them where no chunk covered it) and the items were not a list."""
-    d = doc("gnuplot-p23.pdf")
+    d = doc("gnuplot-p23-p306.pdf")
     assert_tiles(d)
     assert not sniff.CONTROLS.search(d.markdown)
     items = [d.markdown[b.start : b.end] for b in d.blocks if b.kind == "list"]
     assert any("- All evaluation of expressions and functions uses 64-integer arithmetic" in i for i in items)
     assert any("- set vgrid $gridname size N creates an NxNxN grid of voxels." in i for i in items)
     assert d.markdown.count("\n- ") >= 10, "each of the page's ten bullets starts an item"
+
+
+def test_an_index_whose_entries_list_several_pages_is_not_content() -> None:
+    """gnuplot's index (`errorbars, 65–67, 70, 119, 148`): an entry with several pages was taken for a row of a
+    numeric table, so most of its blocks fell short of an index's share of entries and were kept, and searched."""
+    kept = doc("gnuplot-p23-p306.pdf", keep_navigation=True)
+    assert "errorbars, 65–67, 70, 119, 148" in kept.markdown and "fenceplots, 26, 85, 86" in kept.markdown
+    d = doc("gnuplot-p23-p306.pdf")
+    assert "errorbars" not in d.markdown and "fenceplots" not in d.markdown and "harmean" not in d.markdown
+    # Only its running head is left (two pages are too few to see it repeat as the whole manual does).
+    assert d.markdown[d.page_starts[1] :].strip() == "306 gnuplot 5.4 INDEX"
 
 
 # --- reading order invariants -----------------------------------------------------------------------------------

@@ -48,6 +48,8 @@ _ENTRY = re.compile(rf"^(?P<term>.*[^\W\d_].*?)[,\s]\s*(?P<pages>{_PAGES}(?:\s*,
 # "12.3 45" (a row of a numeric table), "width: 2" (a setting): not entries
 _DATA_ROW = re.compile(r"\d[\d.,%]*\s+\d{1,4}\s*$|[:=]\s*\d{1,4}\s*$")
 _INDEX_COMMA = re.compile(r",\s*\d{1,4}\s*$")
+# "error state, 44, 129": a term, then its pages after a comma (what a data row's numbers are not)
+_PAGE_LIST = re.compile(rf"[^\W\d_],\s*{_PAGES}(?:\s*,\s*{_PAGES})+\s*$", re.IGNORECASE)
 _BARE = re.compile(rf"^\s*{_PAGES}\s*$", re.IGNORECASE)
 NAV_LEADER_SHARE = 0.3
 NAV_ENTRY_SHARE = 0.7
@@ -201,7 +203,7 @@ def is_navigation(block: dict) -> bool:
         return True
     if len(rows) < NAV_MIN_ROWS:
         return False
-    entries = [m for r in rows if (m := _ENTRY.match(r)) and not _DATA_ROW.search(r)]
+    entries = [m for r in rows if (m := _ENTRY.match(r)) and not _data_row(r)]
     bare = sum(bool(_BARE.match(r)) for r in rows)
     if len(entries) + leaders + bare < NAV_ENTRY_SHARE * len(rows) or len(entries) < 2:
         return False
@@ -260,4 +262,8 @@ def _leftover(rows: list[str]) -> bool:
     """On a navigation page: a heading ("Contents", "B") or an entry on its own ("3 Debian Releases 3")."""
     if len(" ".join(rows).split()) <= LEFTOVER_WORDS:
         return True
-    return all(_LEADER.search(r) or _BARE.match(r) or (_ENTRY.match(r) and not _DATA_ROW.search(r)) for r in rows)
+    return all(_LEADER.search(r) or _BARE.match(r) or (_ENTRY.match(r) and not _data_row(r)) for r in rows)
+
+
+def _data_row(row: str) -> bool:
+    return bool(_DATA_ROW.search(row)) and not _PAGE_LIST.search(row)
