@@ -131,3 +131,14 @@ def test_the_configured_encoding_and_table_limit_reach_conversion() -> None:
 
     small = convert(raw, "text/html", ChunkingSettings(table_max_tokens=150))
     assert tables(small) > tables(o200k)
+
+
+def test_a_listing_between_two_short_rules_is_no_overlined_title() -> None:
+    """git's AsciiDoc guides (shipped as .txt) put commands between `----` lines: the text reader took the commands
+    for a title with an overline and an underline, and `$ git clone https://github.com/git/git git` became the
+    document's title. A title between rules fits them (reStructuredText's rule), one or two lines."""
+    listing = "Clone it:\n\n----\n$ git clone https://github.com/git/git git\n$ cd git\n----\n\nMore text.\n"
+    d = convert(listing.encode(), "text/plain", ChunkingSettings())
+    assert [b.kind for b in d.blocks] == ["paragraph"] * 3 and d.title is None
+    titled = "********************\nAppendix\nThe Debian Manifesto\n********************\n\nText.\n"
+    assert convert(titled.encode(), "text/plain", ChunkingSettings()).title == "Appendix The Debian Manifesto"

@@ -153,7 +153,13 @@ def title(text: str, dialect: str | None) -> str | None:
 
 def _heading_title(lines: list[str]) -> str | None:
     if len(lines) >= 2 and _RULE.match(lines[-1]) and not _RULE.match(lines[-2]):
-        body = lines[1:-1] if _RULE.match(lines[0]) else lines[:-1]
+        if _RULE.match(lines[0]):
+            # Overline and underline: a title between two equal rules at least as long as each of its (one or two)
+            # lines. An AsciiDoc listing (`----`, commands, `----`) is none: it made `$ git clone …` a title.
+            over, under, body = lines[0].strip(), lines[-1].strip(), [line.strip() for line in lines[1:-1]]
+            fits = 1 <= len(body) <= 2 and all(0 < len(line) <= len(under) for line in body)
+            return " ".join(" ".join(body).split()) if over == under and fits else None
+        body = lines[:-1]
         if 1 <= len(body) <= 2 and all(line.strip() for line in body):
             title = " ".join(line.strip() for line in body)
             if len(lines[-1].strip()) >= min(len(title), 3):
