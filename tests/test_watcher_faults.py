@@ -234,6 +234,21 @@ def test_a_periodic_rescan_repairs_what_events_missed_and_reads_only_changed_fil
         wait_for(lambda: _status(dsn, "big-3.txt") == "pending", timeout=20, what="the rescan queued it again")
 
 
+def test_a_file_replaced_by_a_folder_of_its_name_while_nobody_watched_is_gone(settings: Settings) -> None:
+    """The rescan took a folder at a document's path for its file still being there: its row and chunks stayed,
+    searchable, for good."""
+    dsn = settings.dsn.get_secret_value()
+    inbox = settings.watch_dir
+    inbox.mkdir(parents=True)
+    (inbox / "notes.txt").write_text("Notes about the flux capacitor. " * 20)
+    assert scan(settings, dsn) == 1
+    (inbox / "notes.txt").unlink()  # while the sidecar is down
+    (inbox / "notes.txt").mkdir()
+    (inbox / "notes.txt" / "inner.txt").write_text("Inner notes. " * 20)
+    assert scan(settings, dsn) == 1
+    assert set(_rows(dsn)) == {"notes.txt/inner.txt"}
+
+
 def _loop(tmp_path: Path, name: str) -> Path:
     link = tmp_path / name
     os.symlink(name, link)  # points at itself: a loop once it lies anywhere

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,14 +193,14 @@ def rescan(store: Store, root: Path, keep_deleted: bool, changed: Callable[[Path
 
 
 def _gone(file_path: str) -> bool:
-    """Only a path that does not exist is gone; one we may not look at (EACCES, EIO) is kept."""
+    """A path that does not exist, or is a folder now (a file replaced by a folder of its name while no watcher
+    looked: its chunks stayed searchable for good), is gone; one we may not look at (EACCES, EIO) is kept."""
     try:
-        os.lstat(file_path)
+        return stat.S_ISDIR(os.lstat(file_path).st_mode)
     except (FileNotFoundError, NotADirectoryError):
         return True
     except OSError:
         return False
-    return False
 
 
 def _unchanged(path: Path, signature: tuple[int, int]) -> bool:
