@@ -16,6 +16,10 @@ class DocumentError(ConnectorError):
     """Permanent failure of one document; its message is stored in `documents.last_error`."""
 
 
+class FileGone(DocumentError):
+    """A folder row's file is not where the row says: deleted, or renamed since the row was claimed."""
+
+
 class UnsupportedDocument(DocumentError):
     """The file type or MIME type has no converter."""
 

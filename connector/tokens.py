@@ -80,6 +80,11 @@ _LINE_START = re.compile(r"(?<=\n)(?=([^\S\r\n]*)[^\s/])")
 _counts: dict[tuple[str, str], int] = {}  # (text, encoding) -> tokens; plain dict operations are atomic under the GIL
 _document = threading.local()  # `.value`: the `_Primed` document of this thread, the one `prime` last encoded
 _MIN_SPAN = 64  # shorter texts are looked up whole: no line of theirs to gain
+LONG_PARTIAL = 16_384
+"""A partial line longer than this is counted from the document's own tokens, not encoded again: within one line of
+800,000 characters (base64, a JSON file on one line), every count encoded up to the whole line, and choosing its
+chunks took minutes (162 s for 600 KB of base64). The count is then the document's tokens that the span overlaps:
+exact where the span's ends fall on token boundaries, a token or so more where a cut splits one."""
 
 
 @dataclass(frozen=True)
@@ -93,16 +98,24 @@ class _Primed:
     firsts: list[int]  # the position of each line's first non-blank character: a cut there needs the text to reach it
     before: list[int]  # tokens of text[:start], for each start
     ends: np.ndarray | None = None  # UTF-8 bytes of the text up to the end of each token (None: not worked out)
+    byte_at: np.ndarray | None = None  # UTF-8 offset of each character (None: ASCII, or no line is long)
 
     def count(self, a: int, e: int) -> int:
         """Tokens in text[a:e]: the lines wholly inside from the table, the partial lines at both ends encoded."""
         i = bisect.bisect_left(self.starts, a)  # the first cut at or after a
         j = bisect.bisect_right(self.firsts, e - 1) - 1  # the last cut whose line has begun before e
         if i > j:
-            return _piece(self.text[a:e], self.name)
-        text, name = self.text, self.name
+            return self._partial(a, e)
         inner = self.before[j] - self.before[i]
-        return _piece(text[a : self.starts[i]], name) + inner + _piece(text[self.starts[j] : e], name)
+        return self._partial(a, self.starts[i]) + inner + self._partial(self.starts[j], e)
+
+    def _partial(self, a: int, e: int) -> int:
+        if e - a <= LONG_PARTIAL or self.ends is None or not len(self.ends):
+            return _piece(self.text[a:e], self.name)
+        ba, be = (a, e) if self.byte_at is None else (int(self.byte_at[a]), int(self.byte_at[e]))
+        first = int(np.searchsorted(self.ends, ba, side="right"))  # the first token ending after the span starts
+        last = min(int(np.searchsorted(self.ends, be, side="left")), len(self.ends) - 1)  # the last one it reaches
+        return max(last - first + 1, 0)
 
 
 def count(text: str, name: str) -> int:
@@ -183,7 +196,12 @@ def prime(text: str, name: str) -> tuple[int, ...]:
         ends_there = np.concatenate(([0], token_ends))[at]
         if len(ids) and np.array_equal(ends_there, byte_starts):
             before = at.tolist()
-    _document.value = _Primed(text, name, tuple(ids), starts, firsts, before, token_ends)
+    byte_at = None
+    if token_ends is not None and not text.isascii() and max(np.diff(starts, prepend=0), default=0) > LONG_PARTIAL:
+        points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        sizes = 1 + (points >= 0x80).astype(np.int64) + (points >= 0x800) + (points >= 0x10000)
+        byte_at = np.concatenate(([0], np.cumsum(sizes)))
+    _document.value = _Primed(text, name, tuple(ids), starts, firsts, before, token_ends, byte_at)
     _document.hint = 0
     return _document.value.ids
 

@@ -35,7 +35,7 @@ import psycopg
 
 from connector import secrets
 from connector.db.store import ClaimedRow, Store
-from connector.errors import ConnectionLostBeforeWrite, DocumentError, FatalError, TransientError
+from connector.errors import ConnectionLostBeforeWrite, DocumentError, FatalError, FileGone, TransientError
 from connector.models import Outcome, SourceDocument
 from connector.pipeline import Chosen, Pipeline
 
@@ -47,6 +47,7 @@ FLUSH_SECONDS = 1.0
 # How long a worker waiting on the pool may miss a stop: the rows it has not handed over go back at once, even while
 # every pool process is busy with long documents (of other threads) and nothing of its own finishes.
 STOP_CHECK_SECONDS = 0.5
+RENAMES_FOLLOWED = 3  # a file renamed while its row is held is read where it went, up to this many times in a row
 INDEX_CHECK_SECONDS = 60.0  # how often a worker asks for the chunks' HNSW index until it exists (migration 0015)
 # Finished documents are written once this long has passed since the first of them started (short rows: a whole
 # batch at a time), and before a document that is not short starts (a file, a row over `ClaimedRow.short`).
@@ -156,7 +157,7 @@ class Worker:
                        "(crash, kill, out of memory or lost connection) each time", content_hash)  # fmt: skip
             return "failed"
         try:
-            source = row.load(self.roots, self.max_bytes)
+            source = self._read(row)
             content_hash = source.content_hash
             if source.content_hash == row.content_hash:
                 # Same bytes as the stored chunks: nothing to convert or embed again.
@@ -172,6 +173,18 @@ class Worker:
             with contextlib.suppress(psycopg.Error):
                 self.store.release(row)
             raise
+
+    def _read(self, row: ClaimedRow) -> SourceDocument:
+        """The row's document; from where its file is now if it was renamed (with its folder, say) after the claim:
+        read at the old path, it failed as "no longer exists", and for good, the row holding the file's bytes."""
+        for _ in range(RENAMES_FOLLOWED):
+            try:
+                return row.load(self.roots, self.max_bytes)
+            except FileGone:
+                if (moved := self.store.moved(row)) is None:
+                    raise
+                row = moved
+        return row.load(self.roots, self.max_bytes)
 
     def submit(self, loaded: list[tuple[ClaimedRow, SourceDocument]]) -> list[Result | Started]:
         """Hand loaded documents to the pipeline: several short ones as one pool task, a suspect alone; without a

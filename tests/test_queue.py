@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -18,6 +19,7 @@ from connector.errors import TransientError
 from connector.ingest import ingest, select
 from connector.pipeline import Pipeline
 from connector.settings import Settings
+from connector.sources import folder
 from connector.sources import table as tables
 from connector.worker import Worker
 from tests.dbchecks import assert_consistent, backoff_ends, backoff_left, lease_ends
@@ -235,9 +237,9 @@ def test_a_sidecar_leaves_the_files_of_folders_it_does_not_read_to_those_that_do
     was claimed by the sidecar watching its own folder and failed: "outside the folders this connector reads" (the
     last error overwritten, the try counted). Replicas watching different folders did the same to each other's."""
     inbox, other, sibling = tmp_path / "inbox", tmp_path / "elsewhere", tmp_path / "inbox2"
-    for folder in (inbox, other, sibling):
-        folder.mkdir()
-        (folder / "a.txt").write_text(TEXT)
+    for where in (inbox, other, sibling):
+        where.mkdir()
+        (where / "a.txt").write_text(TEXT)
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         store = Store(conn)
         pipeline = Pipeline(settings, FakeEmbedder())
@@ -256,6 +258,42 @@ def test_a_sidecar_leaves_the_files_of_folders_it_does_not_read_to_those_that_do
         assert Worker(conn, pipeline, [sibling / ".." / "inbox2"]).drain(threading.Event()) == 1
         assert _status(conn) == {"done": 2}
         assert_consistent(conn)
+
+
+def test_a_folder_renamed_while_its_rows_are_held_is_read_where_it_went(settings: Settings, tmp_path) -> None:
+    """A worker holding a batch read each file at the path it was claimed with: a folder renamed meanwhile (the
+    watcher moving the rows' keys and paths) failed them all, "file no longer exists", at their new keys and for
+    good (a rescan took them for read). Now it reads them where they went; a rescan looks again at a row that
+    failed before its file was read."""
+    inbox = tmp_path / "inbox"
+    (inbox / "sub").mkdir(parents=True)
+    for i in range(3):
+        (inbox / "sub" / f"f{i}.txt").write_text(f"File {i} of a folder about to be renamed. " * 20)
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        store = Store(conn)
+        for i in range(3):
+            folder.handle(store, inbox, inbox / "sub" / f"f{i}.txt", 10**7)
+        rows = store.claim_batch(60, "w", [inbox], 32, 10**9)
+        (inbox / "sub").rename(inbox / "renamed")  # the watcher's move event, applied:
+        assert len(store.rename_folder_documents(inbox, "sub", "renamed")) == 3
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [inbox])
+        assert [worker.process(row) for row in rows] == ["done"] * 3
+        assert _status(conn) == {"done": 3}
+        keys = conn.execute("SELECT source_key FROM connector.documents ORDER BY 1").fetchall()
+        assert keys == [(f"renamed/f{i}.txt",) for i in range(3)]
+        assert_consistent(conn)
+
+        # Renamed before the watcher saw it: the worker finds no file anywhere and fails the row, unread.
+        (inbox / "renamed" / "f0.txt").write_text("New bytes. " * 30)
+        assert folder.handle(store, inbox, inbox / "renamed" / "f0.txt", 10**7) is not None
+        claimed = store.claim_next(60, "w", [inbox])
+        (inbox / "renamed" / "f0.txt").rename(inbox / "renamed" / "elsewhere.tmp")
+        assert worker.process(claimed) == "failed"
+        (inbox / "renamed" / "elsewhere.tmp").rename(inbox / "renamed" / "f0.txt")  # back, and the event lost
+        touched: list[Path] = []
+        folder.rescan(store, inbox, False, touched.append)
+        assert touched == [inbox / "renamed" / "f0.txt"], "a rescan looks at it again, and at nothing else"
+        assert folder.handle(store, inbox, inbox / "renamed" / "f0.txt", 10**7) is not None, "queued again"
 
 
 def test_only_their_owner_can_attach_the_watch_functions(settings: Settings) -> None:

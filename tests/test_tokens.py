@@ -123,3 +123,29 @@ def test_a_text_of_another_document_is_counted_whole() -> None:
     tokens.prime("First line of one document.\nSecond line of it.\n", "cl100k_base")
     other = "A text that is nowhere in the primed document, long enough to be looked for.\nWith two lines."
     assert tokens.count(other, "cl100k_base") == exact(other, "cl100k_base")
+
+
+@pytest.mark.parametrize("name", ADDITIVE)
+def test_spans_inside_a_very_long_line_count_from_the_documents_tokens_within_a_token_of_tiktoken(name: str) -> None:
+    """Each count of a span inside one line of 200,000 characters encoded up to the whole line again: choosing the
+    chunks of 600 KB of base64 took 162 s. A partial line longer than `LONG_PARTIAL` now counts the document's own
+    tokens that it overlaps: off by a token or two at a cut that splits one, never more."""
+    import base64
+    import json
+
+    pdf = base64.b64encode((FIXTURES / "lppl-1.3c.pdf").read_bytes()).decode()[:200_000]
+    texts = {p.name: p.read_text() for p in sorted(FIXTURES.iterdir()) if p.suffix in {".txt", ".md"}}
+    one_line_json = json.dumps(texts, ensure_ascii=False)  # every fixture text as one JSON object on one line
+    rng = random.Random(5)
+    for text in (f"A PDF, as base64:\n{pdf}\nThe end.\n", f"Questions:\n{one_line_json}\n\nDone.\n"):
+        assert max(len(line) for line in text.splitlines()) > tokens.LONG_PARTIAL
+        tokens.prime(text, name)
+        assert (tokens._document.value.byte_at is None) == text.isascii(), "non-ASCII: by UTF-8 offsets"
+        worst = 0
+        for _ in range(200):
+            a = rng.randrange(len(text))
+            e = min(len(text), a + rng.choice([100, 5_000, 20_000, 60_000]))
+            worst = max(worst, abs(tokens.count(text[a:e], name) - exact(text[a:e], name)))
+        assert worst <= 2, worst
+        line = text.index("\n") + 1, text.index("\n", text.index("\n") + 1) + 1
+        assert tokens.count(text[line[0] : line[1]], name) == exact(text[line[0] : line[1]], name), "whole lines"

@@ -55,12 +55,19 @@ RETURNING id
 """
 
 # A rescan's view of the folder rows: a file whose size and mtime match a row that was read with them is not read
-# again. `read` is false for rows whose bytes were never hashed (unreadable, too large, unsupported, older rows).
+# again. `read` is false for rows whose bytes were never hashed (unreadable, too large, unsupported, older rows), and
+# for rows that failed before their bytes were read (the file was not there when its worker looked: renamed away,
+# say), which a rescan looks at again instead of leaving them failed for good.
 FOLDER_SIGNATURES = """
-SELECT source_key, file_path, file_size, file_mtime_ns, (queued_hash IS NOT NULL OR failed_hash IS NOT NULL) AS read
+SELECT source_key, file_path, file_size, file_mtime_ns,
+       CASE WHEN status = 'failed' THEN failed_hash IS NOT NULL
+            ELSE queued_hash IS NOT NULL OR failed_hash IS NOT NULL END AS read
 FROM connector.documents
 WHERE source = 'folder' AND left(file_path, length(%(root)s) + 1) = %(root)s || '/'
 """
+
+# Where a claimed row's file is now (the watcher moves the key and path of a renamed file or folder), while ours.
+ROW_FILE = "SELECT source_key, file_path FROM connector.documents WHERE id = %(id)s AND attempts = %(token)s"
 
 _CLAIMED_COLUMNS = "id, source, source_key, title, content, content_bytes, mime_type, file_path, content_hash, attempts"
 

@@ -6,7 +6,7 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psycopg
@@ -28,7 +28,7 @@ from connector.db.rows import (
     StoredCandidate,
     StrategyMeans,
 )
-from connector.errors import ConnectionLostBeforeWrite, DocumentError
+from connector.errors import ConnectionLostBeforeWrite, DocumentError, FileGone
 from connector.models import Block, Outcome, SourceDocument
 from connector.sources.files import NotRegularFile, TooLarge, read_regular
 
@@ -77,7 +77,7 @@ class ClaimedRow:
                 # file (or a row pointing at one) would otherwise hang this worker before its heartbeat starts.
                 data = read_regular(real, max_bytes)
             except FileNotFoundError:
-                raise DocumentError(f"file no longer exists: {self.file_path}") from None
+                raise FileGone(f"file no longer exists: {self.file_path}") from None
             except (NotRegularFile, TooLarge) as exc:
                 raise DocumentError(str(exc)) from None
             except OSError as exc:
@@ -354,6 +354,14 @@ class Store:
                     for row, source, outcome in items
                 ],
             )
+
+    def moved(self, row: ClaimedRow) -> ClaimedRow | None:
+        """The row as it stands now when, still ours, it names another file than when claimed (its file or folder
+        was renamed meanwhile: the watcher moved its key and path); else None."""
+        found = self.conn.execute(queries.ROW_FILE, {"id": row.id, "token": row.attempts}).fetchone()
+        if found is None or found[1] is None or found[1] == row.file_path:
+            return None
+        return replace(row, source_key=found[0], file_path=found[1])
 
     def mark_unchanged(self, row: ClaimedRow) -> None:
         with self.conn.transaction():
