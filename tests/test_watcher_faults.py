@@ -293,6 +293,25 @@ def test_a_removed_watched_folder_restarts_the_observer(settings: Settings) -> N
         assert watcher.check() is None
 
 
+def test_a_watched_folder_moved_away_and_made_anew_is_watched_at_its_path(settings: Settings, tmp_path) -> None:
+    """inotify follows a moved folder: `mv inbox old; mkdir inbox` left the new folder unwatched (files dropped in
+    it were not queued) and the moved files' documents in place, until the periodic rescan."""
+    dsn = settings.dsn.get_secret_value()
+    inbox = settings.watch_dir
+    with watching(settings) as watcher:
+        (inbox / "a.txt").write_text("a file in the first folder " * 10)
+        wait_for(lambda: _status(dsn, "a.txt"), what="a.txt queued")
+        inbox.rename(tmp_path / "moved-away")
+        inbox.mkdir()
+        (inbox / "b.txt").write_text("a file in the new folder " * 10)
+        wait_for(lambda: _status(dsn, "b.txt"), what="a file in the new folder queued")
+        wait_for(lambda: "a.txt" not in _rows(dsn), what="the moved-away file's document removed")
+        ((tmp_path / "moved-away") / "c.txt").write_text("a file in the old folder, now elsewhere " * 10)
+        time.sleep(1.5)
+        assert set(_rows(dsn)) == {"b.txt"}, "the old folder is not watched any more"
+        assert watcher.check() is None
+
+
 def test_a_huge_sparse_file_fails_unread_and_does_not_stall_intake(settings: Settings) -> None:
     """10: a 30 GB sparse file was hashed whole before the size was checked: intake stopped for a minute."""
     dsn = settings.dsn.get_secret_value()
@@ -502,6 +521,12 @@ def test_a_folder_that_cannot_be_listed_keeps_its_documents(migrated_dsn, tmp_pa
         _wait(proc, lambda: _status(dsn, "later.txt") == "done", 120, "a later file done")
         assert _status(dsn, "sub/a.txt") == "done", "its document and chunks are kept"
         assert "removed sub/a.txt" not in output_of(proc)
+        # Readable again: watched again at once (a chmod added no watch; only the periodic rescan, 5 minutes away,
+        # found what changed there).
+        os.chmod(inbox / "sub", 0o755)
+        _wait(proc, lambda: "can be now; restarting the folder watcher" in output_of(proc), 60, "the folder seen")
+        shutil.copy(FIXTURES / "debian-manifesto.txt", inbox / "sub" / "new.txt")
+        _wait(proc, lambda: _status(dsn, "sub/new.txt") == "done", 120, "a new file in it done")
     finally:
         os.chmod(inbox / "sub", 0o755)
         proc.terminate()

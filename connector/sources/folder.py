@@ -169,13 +169,16 @@ def handle(store: Store, root: Path, path: Path, max_bytes: int) -> int | None:
     return None
 
 
-def rescan(store: Store, root: Path, keep_deleted: bool, changed: Callable[[Path], None]) -> list[str]:
+def rescan(
+    store: Store, root: Path, keep_deleted: bool, changed: Callable[[Path], None], unlisted: list[Path] | None = None
+) -> list[str]:
     """Walk the folder and call `changed` for every file that may need queueing: not in the database, or with a size
     or modification time other than the one its row was read with, or no longer readable. Returns the keys of
-    documents whose files are gone (to be deleted unless `keep_deleted`)."""
+    documents whose files are gone (to be deleted unless `keep_deleted`); the folders it could not list are added to
+    `unlisted`."""
     known = store.folder_signatures(root)
     seen: set[str] = set()
-    unlisted: list[Path] = []
+    unlisted = [] if unlisted is None else unlisted
     for path in walk_paths(root, unlisted):
         key = folder_key(root, path)
         if key is None:

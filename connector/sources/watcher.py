@@ -48,6 +48,7 @@ STALL_SECONDS = 300.0
 """`check()` reports the watcher stalled when its settle loop has not come round for this long."""
 
 _TICK = 0.2  # seconds between passes of the settle loop
+UNLISTED_CHECK_SECONDS = 2.0  # how often the folders a rescan could not list are tried again
 
 
 # Events that mean "the content may have changed". Opening and closing without writing are left out: our own reads
@@ -102,12 +103,18 @@ class FolderWatcher:
         self._next_rescan = 0.0
         self._beat = time.monotonic()
         self._problem: str | None = None  # why it is not working right now (cleared once it works again)
+        # What the observer watches: the folder at `root` when it started (its device and inode), and the folders
+        # the last rescan could not list (no watch on them either). Either changing restarts it (`_supervise`).
+        self._root_id: tuple[int, int] | None = None
+        self._unlisted: list[Path] = []
+        self._next_unlisted_check = 0.0
         self._died: str | None = None
         self._observer = self._new_observer()
         self._thread = self._new_thread()
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        self._root_id = _identity(self.root)
         self._observer.start()  # before the first rescan (in the settle thread), so nothing written meanwhile is missed
         self._thread.start()
 
@@ -233,11 +240,21 @@ class FolderWatcher:
             self._forget(path, signature)
 
     def _supervise(self) -> None:
-        """Restart watchdog's observer if it or its emitter died (its folder was removed, a read failed)."""
+        """Restart watchdog's observer if it or its emitter died (its folder was removed, a read failed), if the
+        folder was moved away (inotify follows the moved folder: a new one made at the path went unwatched), or if
+        a folder it could not list may be listed now (a chmod adds no watch)."""
         observer = self._observer
-        if observer.is_alive() and observer.emitters and all(e.is_alive() for e in observer.emitters):
+        if not (observer.is_alive() and observer.emitters and all(e.is_alive() for e in observer.emitters)):
+            why = "folder watcher's observer stopped"
+        elif _identity(self.root) != self._root_id:
+            why = "the watched folder was moved or replaced"
+        elif self._unlisted and time.monotonic() >= self._next_unlisted_check and any(map(_listable, self._unlisted)):
+            why = "a folder that could not be listed can be now"
+        else:
+            if self._unlisted and time.monotonic() >= self._next_unlisted_check:
+                self._next_unlisted_check = time.monotonic() + UNLISTED_CHECK_SECONDS
             return
-        self._problem = "folder watcher's observer stopped; restarting it"
+        self._problem = f"{why}; restarting the folder watcher"
         log.warning("%s (%s)", self._problem, self.root)
         observer.stop()
         if observer.is_alive():
@@ -246,6 +263,8 @@ class FolderWatcher:
         with self._lock:  # stop() takes the lock to set the flag: no observer is started after it
             if self._stop.is_set():
                 return
+            self._root_id = _identity(self.root)
+            self._unlisted = []
             self._observer = self._new_observer()
             self._observer.start()
         self._problem = None
@@ -253,7 +272,9 @@ class FolderWatcher:
 
     def _rescan(self, store: Store, reason: str) -> None:
         started = time.monotonic()
-        vanished = rescan(store, self.root, self.keep_deleted, self._rescan_touch)
+        unlisted: list[Path] = []
+        vanished = rescan(store, self.root, self.keep_deleted, self._rescan_touch, unlisted)
+        self._unlisted = unlisted
         with self._lock:
             self._ops.extend(("delete", key) for key in vanished)
         self._next_rescan = time.monotonic() + self.rescan_seconds
@@ -312,3 +333,20 @@ class FolderWatcher:
         with self._lock:
             if self._pending.get(path, (0.0, None))[1] == signature:
                 del self._pending[path]
+
+
+def _listable(folder: Path) -> bool:
+    try:
+        with os.scandir(folder):
+            return True
+    except OSError:
+        return False
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The folder at `path` (device, inode), or None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
