@@ -391,7 +391,7 @@ def search_row(result) -> dict:
 
 def search_table(question: str, results) -> Table:
     """`connector search`: best first, with where each hit sits and the start of its text."""
-    table = Table("#", "score", "document", "section", "pages", "text", title=f"search: {question}")
+    table = Table("#", "score", "document", "section", "pages", "text", title=f"search: {shown(question)}")
     for i, r in enumerate(results, 1):
         hit = r.hit
         pages = "" if hit.page_start is None else f"{hit.page_start}" + (

@@ -99,6 +99,7 @@ class _Primed:
     before: list[int]  # tokens of text[:start], for each start
     ends: np.ndarray | None = None  # UTF-8 bytes of the text up to the end of each token (None: not worked out)
     byte_at: np.ndarray | None = None  # UTF-8 offset of each character (None: ASCII, or no line is long)
+    ascii: bool = True  # characters are bytes (without `byte_at`, a non-ASCII text's partial lines are encoded)
 
     def count(self, a: int, e: int) -> int:
         """Tokens in text[a:e]: the lines wholly inside from the table, the partial lines at both ends encoded."""
@@ -110,7 +111,8 @@ class _Primed:
         return self._partial(a, self.starts[i]) + inner + self._partial(self.starts[j], e)
 
     def _partial(self, a: int, e: int) -> int:
-        if e - a <= LONG_PARTIAL or self.ends is None or not len(self.ends):
+        measurable = self.ends is not None and len(self.ends) and (self.ascii or self.byte_at is not None)
+        if e - a <= LONG_PARTIAL or not measurable:
             return _piece(self.text[a:e], self.name)
         ba, be = (a, e) if self.byte_at is None else (int(self.byte_at[a]), int(self.byte_at[e]))
         first = int(np.searchsorted(self.ends, ba, side="right"))  # the first token ending after the span starts
@@ -196,12 +198,14 @@ def prime(text: str, name: str) -> tuple[int, ...]:
         ends_there = np.concatenate(([0], token_ends))[at]
         if len(ids) and np.array_equal(ends_there, byte_starts):
             before = at.tolist()
-    byte_at = None
-    if token_ends is not None and not text.isascii() and max(np.diff(starts, prepend=0), default=0) > LONG_PARTIAL:
+    byte_at, ascii_only = None, text.isascii()
+    # A partial line runs from a line start to the next line's first character (its indentation too).
+    longest = max((b - a for a, b in zip(starts, firsts[1:], strict=False)), default=0)
+    if token_ends is not None and not ascii_only and longest > LONG_PARTIAL:
         points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         sizes = 1 + (points >= 0x80).astype(np.int64) + (points >= 0x800) + (points >= 0x10000)
         byte_at = np.concatenate(([0], np.cumsum(sizes)))
-    _document.value = _Primed(text, name, tuple(ids), starts, firsts, before, token_ends, byte_at)
+    _document.value = _Primed(text, name, tuple(ids), starts, firsts, before, token_ends, byte_at, ascii_only)
     _document.hint = 0
     return _document.value.ids
 

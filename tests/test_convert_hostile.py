@@ -361,6 +361,22 @@ def test_html_keeps_section_headers_notes_and_section_signs() -> None:
     assert "Everything here" in convert(only_chrome.encode(), "text/html", SETTINGS).markdown, "converted whole"
 
 
+@pytest.mark.parametrize("charset", ["base64", "hex", "rot13", "zip", "unicode_escape", "undefined", "x-klingon"])
+def test_a_declared_charset_that_is_no_text_encoding_fails_as_invalid_text(charset: str) -> None:
+    page = PG_PAGE.replace("charset=UTF-8", f"charset={charset}").replace('encoding="UTF-8"', "")
+    with pytest.raises(ConversionError, match="not valid UTF-8"):
+        convert(page.encode("cp1252"), "text/html", SETTINGS)
+
+
+def test_escape_sequences_go_whole_and_nothing_after_an_unended_one() -> None:
+    from connector.convert import pdf, sniff
+
+    text = "red \x1b[31mALERT\x1b[0m, a title \x1b]0;pwned\x07 set, \x1b(Bcharset, \x1b]2;no end\nnext line\n"
+    assert sniff.drop_controls(text) == "red ALERT, a title  set, charset, \nnext line\n"
+    # In a PDF, ESC is a glyph's code (OT1's œ in old TeX fonts): only it goes, not the letters after it.
+    assert pdf.clean("c\x1bur and x\x1b the") == "cur and x the"
+
+
 def _damaged(pdf: bytes) -> bytes:
     """The PDF with every third compressed stream's bytes zeroed part way in: what a bad copy leaves."""
     data = bytearray(pdf)

@@ -357,6 +357,8 @@ def test_what_documents_say_is_printed_as_text_never_as_markup_or_terminal_escap
     assert found.returncode == 0 and "Traceback" not in found.stderr, found.stderr
     assert "[red]tools.md" in found.stdout and "\x1b" not in found.stdout, found.stdout
     assert "[bold]Tools[/bold]" in found.stdout, "a section named in markup is shown as written"
+    asked = subprocess.run(connector_cmd("search", "[/usr/bin]", "--dsn", dsn, "--embedder", "fake"), **run)
+    assert asked.returncode == 0 and "search: [/usr/bin]" in asked.stdout, asked.stderr
     status = subprocess.run(connector_cmd("status", "--dsn", dsn), **run)
     assert status.returncode == 0 and "[b]oops.pdf" in status.stdout, status.stderr
     retried = subprocess.run(connector_cmd("retry", "[b]oops.pdf", "--dsn", dsn), **run)

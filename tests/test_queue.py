@@ -260,6 +260,23 @@ def test_a_sidecar_leaves_the_files_of_folders_it_does_not_read_to_those_that_do
         assert_consistent(conn)
 
 
+def test_a_watched_folder_found_at_another_path_takes_its_waiting_rows_along(settings: Settings, tmp_path) -> None:
+    """Rows queued under /srv/a, the sidecar restarted on the same folder at /srv/b: its rescan found the same bytes
+    (nothing to queue), so the rows kept their old paths, and no worker would claim them (they used to fail as
+    "outside the folders" and be queued again)."""
+    old, new = tmp_path / "a" / "inbox", tmp_path / "b" / "inbox"
+    old.mkdir(parents=True)
+    new.parent.mkdir()
+    (old / "x.txt").write_text(TEXT)
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        store = Store(conn)
+        assert folder.handle(store, old, old / "x.txt", 10**7) is not None
+        old.rename(new)
+        assert folder.handle(store, new, new / "x.txt", 10**7) is None, "the same bytes: nothing queued again"
+        assert Worker(conn, Pipeline(settings, FakeEmbedder()), [new]).drain(threading.Event()) == 1
+        assert _status(conn) == {"done": 1}
+
+
 def test_a_folder_renamed_while_its_rows_are_held_is_read_where_it_went(settings: Settings, tmp_path) -> None:
     """A worker holding a batch read each file at the path it was claimed with: a folder renamed meanwhile (the
     watcher moving the rows' keys and paths) failed them all, "file no longer exists", at their new keys and for

@@ -149,3 +149,8 @@ def test_spans_inside_a_very_long_line_count_from_the_documents_tokens_within_a_
         assert worst <= 2, worst
         line = text.index("\n") + 1, text.index("\n", text.index("\n") + 1) + 1
         assert tokens.count(text[line[0] : line[1]], name) == exact(text[line[0] : line[1]], name), "whole lines"
+    # A partial line takes in the next line's indentation: one of 16,380 "é" plus 10 spaces is long, and counted by
+    # UTF-8 offsets, not by characters (which gave half the count).
+    text = "é" * 16_380 + "\n" + " " * 10 + "x" * 100
+    tokens.prime(text, name)
+    assert abs(tokens.count_span(text, 0, 16_391, name) - exact(text[:16_391], name)) <= 2

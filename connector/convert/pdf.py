@@ -333,7 +333,7 @@ def _escape(text: str) -> str:
 def clean(text: str) -> str:
     # A glyph without a Unicode mapping comes out as its font code, often a control character: at the start of a
     # line, before a space, it is a bullet (LaTeX's, in gnuplot's manual: U+0088), elsewhere a symbol we cannot name.
-    text = sniff.drop_controls(_CODE_BULLET.sub(r"\1•", text))
+    text = sniff.drop_controls(_CODE_BULLET.sub(r"\1•", text), sequences=False)
     # NFKC would also fold ligatures, but it rewrites too much (superscripts, fractions): NFC plus a ligature map.
     text = unicodedata.normalize("NFC", text).translate(_LIGATURES)
     text = "\n".join(line.rstrip() for line in text.strip().splitlines())

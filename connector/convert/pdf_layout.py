@@ -51,6 +51,7 @@ _INDEX_COMMA = re.compile(r",\s*\d{1,4}\s*$")
 # "error state, 44, 129": a term, then its pages after a comma (what a data row's numbers are not)
 _PAGE_LIST = re.compile(rf"[^\W\d_],\s*{_PAGES}(?:\s*,\s*{_PAGES})+\s*$", re.IGNORECASE)
 _BARE = re.compile(rf"^\s*{_PAGES}\s*$", re.IGNORECASE)
+ENTRY_MAX_CHARS = 300
 NAV_LEADER_SHARE = 0.3
 NAV_ENTRY_SHARE = 0.7
 NAV_MIN_ROWS = 4
@@ -266,4 +267,6 @@ def _leftover(rows: list[str]) -> bool:
 
 
 def _data_row(row: str) -> bool:
-    return bool(_DATA_ROW.search(row)) and not _PAGE_LIST.search(row)
+    # `_PAGE_LIST` is tried at every letter: only on rows as short as index entries are (a hostile PDF's row of
+    # 8,000 "i," took seconds).
+    return bool(_DATA_ROW.search(row)) and not (len(row) <= ENTRY_MAX_CHARS and _PAGE_LIST.search(row))

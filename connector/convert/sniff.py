@@ -62,15 +62,16 @@ _ISO2022 = re.compile(rb"\x1b\$(?:[@AB]|\([CD]|\)C)")
 _ISO2022_CODECS = ("iso2022_jp_2", "iso2022_jp_ext", "iso2022_kr")
 # ANSI/VT escape sequences (CSI `ESC [ ... m`, OSC `ESC ] ... BEL`, two-byte `ESC x`), then any other control
 # character but tab, newline and form feed (a page break in plain text).
-_ESCAPE_SEQUENCE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]*[0-~])?")
+_ESCAPE_SEQUENCE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|[ -/]+[0-~])?")
 CONTROLS = re.compile("[\x00-\x08\x0b\x0d-\x1f\x7f-\x9f]")
 
 
-def drop_controls(text: str) -> str:
-    """`text` without escape sequences and control characters (tab, newline and form feed stay)."""
+def drop_controls(text: str, sequences: bool = True) -> str:
+    """`text` without control characters (tab, newline and form feed stay), and without the terminal escape
+    sequences they start when `sequences` (not in a PDF, where ESC is a glyph's code: OT1's œ)."""
     if not CONTROLS.search(text):
         return text
-    return CONTROLS.sub("", _ESCAPE_SEQUENCE.sub("", text))
+    return CONTROLS.sub("", _ESCAPE_SEQUENCE.sub("", text) if sequences else text)
 
 
 class BinaryData(ConversionError):
@@ -205,10 +206,13 @@ def declared_charset(data: bytes) -> str | None:
     if not found:
         return None
     try:
-        codec = codecs.lookup((found.group(1) or found.group(2)).decode("ascii")).name.replace("-", "_")
-    except (LookupError, UnicodeDecodeError):
+        info = codecs.lookup((found.group(1) or found.group(2)).decode("ascii"))
+    except (LookupError, UnicodeError):
         return None
-    if codec.startswith(("utf_16", "utf_32")):
+    codec = info.name.replace("-", "_")
+    # Text encodings only: not `base64`, `zip` or `rot13` (bytes-to-bytes), nor the escape codecs, which make
+    # lone surrogates of `\ud800`.
+    if not getattr(info, "_is_text_encoding", True) or "escape" in codec or codec.startswith(("utf_16", "utf_32")):
         return None
     return _WHATWG_ALIASES.get(codec, codec)
 
@@ -226,7 +230,7 @@ def decode_declared(data: bytes) -> str:
             raise
         try:
             return _text(data.decode(codec))
-        except UnicodeDecodeError:
+        except (UnicodeError, LookupError):
             raise exc from None
 
 

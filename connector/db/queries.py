@@ -29,6 +29,13 @@ ON CONFLICT (source, source_key) DO UPDATE
 RETURNING id
 """
 
+# The same bytes found at another path under the same key (the watched folder moved, or mounted elsewhere, while the
+# sidecar was down): the row follows the file, or no worker reading the folder where it is now would claim it.
+REPOINT_FILE = """
+UPDATE connector.documents SET file_path = %(path)s, updated_at = now()
+WHERE source = 'folder' AND source_key = %(key)s AND file_path IS DISTINCT FROM %(path)s
+"""
+
 # The file was hashed and nothing needed queueing: remember its signature, so the next rescan does not read it again.
 # Waiting rows are left untouched (an update would NOTIFY again); they are read again at the next rescan.
 REFRESH_FILE_SIGNATURE = """

@@ -135,6 +135,8 @@ class Store:
                   "size": size, "mtime": mtime}  # fmt: skip
         with self.conn.transaction():
             row = self.conn.execute(queries.ENQUEUE_FILE, params).fetchone()
+            if row is None:
+                self.conn.execute(queries.REPOINT_FILE, params)
             if row is None and signature is not None:
                 self.conn.execute(queries.REFRESH_FILE_SIGNATURE, params)
         return row[0] if row else None

@@ -265,6 +265,7 @@ class FolderWatcher:
                 return
             self._root_id = _identity(self.root)
             self._unlisted = []
+            self._next_unlisted_check = time.monotonic() + UNLISTED_CHECK_SECONDS  # no restart loop on a flaky one
             self._observer = self._new_observer()
             self._observer.start()
         self._problem = None
@@ -337,7 +338,8 @@ class FolderWatcher:
 
 def _listable(folder: Path) -> bool:
     try:
-        with os.scandir(folder):
+        with os.scandir(folder) as entries:
+            next(entries, None)  # opening is not reading (EIO, some network filesystems' ACLs)
             return True
     except OSError:
         return False
