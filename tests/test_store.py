@@ -83,12 +83,11 @@ def test_folder_rows_are_read_only_under_the_workers_roots(settings: Settings, t
     inbox.mkdir()
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         worker = Worker(conn, _pipeline(settings), [inbox])
-        assert worker.drain(threading.Event()) == 1
-    status, error, chunks = db.execute(
-        "SELECT status, last_error, (SELECT count(*) FROM connector.chunks) FROM connector.documents"
+        assert worker.drain(threading.Event()) == 0, "not claimed: it is no file of the folders it reads"
+    status, attempts, chunks = db.execute(
+        "SELECT status, attempts, (SELECT count(*) FROM connector.chunks) FROM connector.documents"
     ).fetchone()
-    assert (status, chunks) == ("failed", 0)
-    assert "outside the folders this connector reads" in error
+    assert (status, attempts, chunks) == ("pending", 0, 0), "never read, never tried"
 
 
 def test_claimed_row_refuses_a_path_outside_its_roots(tmp_path: Path) -> None:
