@@ -199,15 +199,19 @@ def prime(text: str, name: str) -> tuple[int, ...]:
         if len(ids) and np.array_equal(ends_there, byte_starts):
             before = at.tolist()
     byte_at, ascii_only = None, text.isascii()
-    # A partial line runs from a line start to the next line's first character (its indentation too).
-    longest = max((b - a for a, b in zip(starts, firsts[1:], strict=False)), default=0)
-    if token_ends is not None and not ascii_only and longest > LONG_PARTIAL:
+    # A partial line runs from a line start to the next line's first character (its indentation too). Looked for in
+    # non-ASCII text only: ASCII needs no table, and this runs for every document.
+    if token_ends is not None and not ascii_only and _longest_partial(starts, firsts) > LONG_PARTIAL:
         points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         sizes = 1 + (points >= 0x80).astype(np.int64) + (points >= 0x800) + (points >= 0x10000)
         byte_at = np.concatenate(([0], np.cumsum(sizes)))
     _document.value = _Primed(text, name, tuple(ids), starts, firsts, before, token_ends, byte_at, ascii_only)
     _document.hint = 0
     return _document.value.ids
+
+
+def _longest_partial(starts: list[int], firsts: list[int]) -> int:
+    return max((b - a for a, b in zip(starts, firsts[1:], strict=False)), default=0)
 
 
 def primed_for(text: str, name: str) -> None:

@@ -248,11 +248,9 @@ class FolderWatcher:
             why = "folder watcher's observer stopped"
         elif _identity(self.root) != self._root_id:
             why = "the watched folder was moved or replaced"
-        elif self._unlisted and time.monotonic() >= self._next_unlisted_check and any(map(_listable, self._unlisted)):
+        elif self._unlisted_now_listable():
             why = "a folder that could not be listed can be now"
         else:
-            if self._unlisted and time.monotonic() >= self._next_unlisted_check:
-                self._next_unlisted_check = time.monotonic() + UNLISTED_CHECK_SECONDS
             return
         self._problem = f"{why}; restarting the folder watcher"
         log.warning("%s (%s)", self._problem, self.root)
@@ -265,11 +263,18 @@ class FolderWatcher:
                 return
             self._root_id = _identity(self.root)
             self._unlisted = []
-            self._next_unlisted_check = time.monotonic() + UNLISTED_CHECK_SECONDS  # no restart loop on a flaky one
             self._observer = self._new_observer()
             self._observer.start()
         self._problem = None
         self.request_rescan("observer restarted")
+
+    def _unlisted_now_listable(self) -> bool:
+        """Whether a folder the last rescan could not list can be read now; tried every UNLISTED_CHECK_SECONDS (a
+        folder that opens but fails when walked must not restart the watcher on every pass)."""
+        if not self._unlisted or time.monotonic() < self._next_unlisted_check:
+            return False
+        self._next_unlisted_check = time.monotonic() + UNLISTED_CHECK_SECONDS
+        return any(map(_listable, self._unlisted))
 
     def _rescan(self, store: Store, reason: str) -> None:
         started = time.monotonic()
