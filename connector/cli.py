@@ -365,7 +365,6 @@ def search(
 
     from connector import search as searching
     from connector.db.database import connect, database, require_migrated
-    from connector.embedders import close, load_configured
     from connector.search.models import ActiveModel
 
     _logging(False, quiet=True)
@@ -380,19 +379,15 @@ def search(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     settings = _settings(dsn, embedder=embedder)
-    with _errors():
-        if print_vector:
-            model = load_configured(settings)
-            try:
+    with _errors(), database(settings) as url:
+        require_migrated(url)
+        models = ActiveModel(settings)  # the database's own model, whatever CONNECTOR_EMBEDDER says
+        with connect(url) as conn, contextlib.closing(models):
+            if print_vector:  # for `connector.search(:'q'::vector, …)`: the vector the stored ones came from
+                _, model = models.current(conn)
                 print(searching.vector_literal(searching.query_vector(model, question)))
-            finally:
-                close(model)
-            return
-        with database(settings) as url:
-            require_migrated(url)
-            models = ActiveModel(settings)  # the database's own model, whatever CONNECTOR_EMBEDDER says
-            with connect(url) as conn, contextlib.closing(models):
-                results = searching.search(conn, models, question, k=k, hybrid=hybrid, filter=filters, context=context)
+                return
+            results = searching.search(conn, models, question, k=k, hybrid=hybrid, filter=filters, context=context)
     if as_json:
         print(json.dumps([reports.search_row(r) for r in results], indent=2, ensure_ascii=False))
     else:

@@ -122,3 +122,29 @@ def test_onnx_runtime_computes_on_the_cores_this_process_may_use_not_the_machine
     from connector.pool import usable_cores
 
     assert minilm._encoder._session.get_session_options().intra_op_num_threads == usable_cores()
+
+
+def test_the_onnx_export_works_in_a_relative_models_folder_and_keeps_the_log_quiet(
+    tmp_path, monkeypatch, caplog
+) -> None:
+    """`make run`'s default models folder is `.connector/models`, relative to the working directory: the export
+    changed directory to quantize and then looked for its files from there (FileNotFoundError on a fresh clone).
+    onnxruntime's quantizer logs a line per tensor on the root logger; the sidecar's log keeps its own line only."""
+    import logging
+    import os
+    from pathlib import Path
+
+    from connector.embedders.onnx import model_path
+
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.INFO):
+        path = model_path(Path(".connector/models"), int8=True)
+    assert path == Path(".connector/models/minilm-l6-v2-onnx-v1/model.int8.onnx")
+    assert path.is_file() and path.with_name("model.onnx").is_file() and os.getcwd() == str(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".connector"], "nothing left in the working directory"
+    assert [p.name for p in (tmp_path / ".connector/models").iterdir() if p.name.startswith(".onnx-")] == []
+    said = [r.getMessage() for r in caplog.records]
+    assert any("exporting the MiniLM model to ONNX once" in m for m in said)
+    assert not [m for m in said if "Quantization parameters" in m or "Ignore MatMul" in m], said[:5]
+    logging.getLogger().warning("after the export")  # the root logger passes records again
+    assert caplog.records[-1].getMessage() == "after the export"

@@ -206,10 +206,16 @@ def test_connector_search_command(corpus: str, tmp_path) -> None:
     )  # fmt: skip
     first_row = next(line for line in table.stdout.splitlines() if line.startswith("│ 1 "))
     assert table.returncode == 0 and "topics/flux" in first_row, table.stdout
+    # Configured for another model (minilm), it prints the vector of the model the database's vectors came from.
     literal = subprocess.run(
-        connector_cmd("search", "flux capacitor calibration", "--print-vector", "--embedder", "fake"),
+        connector_cmd("search", "flux capacitor calibration", "--print-vector", "--dsn", corpus,
+                      "--embedder", "minilm"),
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
     ).stdout.strip()  # fmt: skip
+    from connector.embedders import load
+    from connector.search import query_vector, vector_literal
+
+    assert literal == vector_literal(query_vector(load("fake"), "flux capacitor calibration"))
     with psycopg.connect(corpus) as conn:  # what a user pastes into psql
         first = conn.execute(
             f"SELECT source_key FROM connector.search('{literal}'::vector, 'flux capacitor calibration', 1)"
@@ -237,7 +243,7 @@ def test_the_readmes_psql_search_snippet_works_when_pasted(corpus: str, tmp_path
     readme = (REPO / "README.md").read_text()
     block = next(b for b in re.findall(r"```sql\n(.*?)```", readme, re.S) if "\\set q" in b)
     (tmp_path / "snippet.sql").write_text(block)
-    env = {**child_env(tmp_path), "CONNECTOR_EMBEDDER": "fake"}
+    env = {**child_env(tmp_path), "CONNECTOR_EMBEDDER": "fake", "CONNECTOR_DSN": corpus}  # psql's database
     with psycopg.connect(corpus, autocommit=True) as conn:  # the snippet's folder filter: give one key that prefix
         conn.execute(
             "UPDATE connector.documents SET source_key = 'manuals/dockerfile' WHERE source_key LIKE 'manual/%'"

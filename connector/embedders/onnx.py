@@ -96,9 +96,12 @@ def _quantize(fp32: Path, out: Path, workdir: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    # NOTE: no chdir into `workdir`: the process's working directory is shared by its threads (the watcher, the HTTP
+    # server), and the relative paths of the default `.connector/models` stopped resolving (a fresh `make run` died).
     pre = workdir / "model.pre.onnx"
-    cwd = os.getcwd()
-    os.chdir(workdir)  # quant_pre_process leaves temporary files in the working directory
+    quiet = _RootRecords()
+    root = logging.getLogger()
+    root.addFilter(quiet)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
@@ -106,8 +109,17 @@ def _quantize(fp32: Path, out: Path, workdir: Path) -> None:
             # per channel: per-tensor int8 costs this model its accuracy (cosine 0.94 to the fp32 vectors)
             quantize_dynamic(str(pre), str(out), weight_type=QuantType.QInt8, per_channel=True)
     finally:
-        os.chdir(cwd)
+        root.removeFilter(quiet)
         pre.unlink(missing_ok=True)
+
+
+class _RootRecords(logging.Filter):
+    """Drops what is logged on the root logger itself: onnxruntime's quantizer writes one INFO line per tensor there
+    (~40 lines of `Quantization parameters for tensor …` in the sidecar's log). A logger's filter sees only the
+    records logged on it, not those propagated from named loggers, so the sidecar's own lines still pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
 
 
 class OnnxEncoder:
