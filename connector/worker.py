@@ -157,6 +157,11 @@ class Worker:
                        "(crash, kill, out of memory or lost connection) each time", content_hash)  # fmt: skip
             return "failed"
         try:
+            if row.deferred and row.content_size <= self.max_bytes:  # read now, its claim committed: it has a try
+                row = self.store.with_content(row)
+                if row.deferred:
+                    log.info("%s was deleted or claimed again before it was read", row.source_key, extra=context)
+                    return "superseded"
             source = self._read(row)
             content_hash = source.content_hash
             if source.content_hash == row.content_hash:

@@ -251,3 +251,106 @@ def test_soak_four_worker_threads_with_the_real_metrics_model_do_every_document_
         assert conn.execute("SELECT count(*) FROM connector.documents WHERE attempts <> 1").fetchone() == (0,)
         assert conn.execute("SELECT count(DISTINCT document_id) FROM connector.chunks").fetchone() == (total,)
         assert_consistent(conn)
+
+
+def test_a_row_larger_than_a_claim_carries_is_read_after_its_claim(settings: Settings) -> None:
+    """A row's content comes with its claim up to `queries.INLINE_BYTES`; a larger one is read once the claim has
+    committed (its try counted), and one over CONNECTOR_MAX_DOCUMENT_MB is never read at all."""
+    from connector.db import queries
+
+    png = b"\x89PNG\r\n\x1a\n" + bytes(queries.INLINE_BYTES)  # its error says its bytes were read
+    settings = settings.model_copy(update={"max_document_mb": 5.0})
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        conn.execute("INSERT INTO connector.documents (source_key, content_bytes) VALUES ('image', %s)", (png,))
+        conn.execute("INSERT INTO connector.documents (source_key, content) VALUES ('huge', repeat('word ', 1200000))")
+        for i in range(3):
+            conn.execute("INSERT INTO connector.documents (source_key, content) VALUES (%s, %s)", (f"s{i}", _text(i)))
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [])
+        claimed = worker.store.claim_batch(60, "w", [], 8, 64_000_000)
+        assert [(r.source_key, r.content is None and r.content_bytes is None, r.content_size) for r in claimed] == [
+            ("image", True, len(png)), ("huge", True, 6_000_000), ("s0", False, len(_text(0))),
+            ("s1", False, len(_text(1))), ("s2", False, len(_text(2))),
+        ]  # fmt: skip
+        assert [worker.process(r) for r in claimed] == ["failed", "failed", "done", "done", "done"]
+        errors = dict(conn.execute("SELECT source_key, last_error FROM connector.documents WHERE status = 'failed'"))
+        assert errors["image"] == "file contains NUL bytes: binary data, not text", errors  # its bytes were read
+        assert errors["huge"] == "document too large: 6.0 MB (limit 5 MB)"
+        assert_consistent(conn)
+
+
+def test_a_row_too_large_for_the_processs_memory_fails_its_tries_and_the_queue_moves_on(
+    migrated_dsn: str, tmp_path: Path
+) -> None:
+    """95 MB, under CONNECTOR_MAX_DOCUMENT_MB, in a sidecar whose address space is 1 GB (a pod's memory limit): its
+    claim read it and ran out of memory, the claim rolled back (no try) and the sidecar stopped; restarted, every
+    replica claimed it first again, and the 20 rows behind it waited for good. Now its tries are counted, it
+    fails, and the sidecar goes on with the others."""
+    import resource
+    import subprocess
+
+    from tests.conftest import child_env, connector_cmd
+
+    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO connector.documents (source_key, content) "
+                     "VALUES ('big', repeat('lorem ipsum dolor sit amet. ', 3400000))")  # fmt: skip
+        conn.execute("INSERT INTO connector.documents (source_key, content) "
+                     "SELECT 'small' || g, 'a small row ' || g FROM generate_series(1, 20) g")  # fmt: skip
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1_000_000_000, 1_000_000_000))
+
+    env = {**child_env(tmp_path), "CONNECTOR_MAX_ATTEMPTS": "2", "CONNECTOR_RETRY_BASE_SECONDS": "0.2"}
+    with open(tmp_path / "sidecar.log", "w+") as log:
+        proc = subprocess.Popen(connector_cmd("run", "--no-watch", "--dsn", migrated_dsn, "--embedder", "fake"),
+                                cwd=tmp_path, env=env, stdout=log, stderr=log, preexec_fn=limited)  # fmt: skip
+        try:
+            with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+
+                def settled() -> bool:
+                    states = dict(conn.execute("SELECT source_key, status FROM connector.documents"))
+                    return states.pop("big") == "failed" and set(states.values()) == {"done"}
+
+                try:
+                    wait_for(settled, timeout=240, what="the big row failed and the others done")
+                except AssertionError:
+                    log.seek(0)
+                    raise AssertionError(log.read()[-3000:]) from None
+                retries, error = conn.execute(
+                    "SELECT retries, last_error FROM connector.documents WHERE source_key = 'big'"
+                ).fetchone()
+            assert proc.poll() is None, "the sidecar goes on"
+            assert retries == 2 and error == "not enough memory to read its 95 MB", (retries, error)
+        finally:
+            proc.terminate()
+            assert proc.wait(60) == 0
+
+
+def test_an_embedding_cache_without_a_connection_costs_no_try(settings: Settings, caplog) -> None:
+    """The cache holds a database connection of its own, opened when first used. When none could be had (the
+    role's or the server's connection limit reached: the worker's own connection was fine), every document of
+    every batch counted a try and all failed within a minute. The cache only saves the model's work: the
+    documents are embedded without it, and a warning says so once."""
+    import socket
+
+    from connector.db.embeddings import CacheTable
+    from connector.embedders.cache import PersistentCache
+
+    with socket.socket() as closed:  # a port where nothing listens: connecting is refused at once
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    unreachable = f"host=127.0.0.1 port={port} dbname=nowhere user=nobody connect_timeout=2"
+    embedder = FakeEmbedder()
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        for i in range(6):
+            conn.execute("INSERT INTO connector.documents (source_key, content) VALUES (%s, %s)", (f"d{i}", _text(i)))
+        cached = PersistentCache(embedder, CacheTable(unreachable), "fake")
+        worker = Worker(conn, Pipeline(settings, embedder, chunk_embedder=cached), [])
+        assert worker.drain(threading.Event()) == 6
+        rows = conn.execute("SELECT status, retries, count(*) FROM connector.documents GROUP BY 1, 2").fetchall()
+        assert rows == [("done", 0, 6)], rows
+        assert conn.execute("SELECT count(*) FROM connector.embedding_cache").fetchone() == (0,)
+        assert_consistent(conn)
+    said = [r.getMessage() for r in caplog.records if "embedding cache unavailable" in r.getMessage()]
+    assert len(said) == 1 and "no database connection" in said[0], said
+    vectors = cached.embed(["the same text", "another"]).vectors  # what the model says, the cache or not
+    assert np.array_equal(vectors, embedder.embed(["the same text", "another"]).vectors)

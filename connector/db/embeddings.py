@@ -240,10 +240,10 @@ class CacheTable:
                 if self._conn is None or self._conn.closed or self._conn.broken:
                     self._conn = connect(self.dsn, autocommit=True)
                 return work(self._conn)
-            except psycopg.OperationalError as exc:
+            except (psycopg.OperationalError, TransientError) as exc:  # connect() says TransientError
                 self.close()
                 if attempt == 2:
-                    raise TransientError(f"embedding cache: lost the database connection: {exc}") from exc
+                    raise TransientError(f"embedding cache: no database connection: {exc}") from exc
         raise AssertionError("unreachable")
 
 

@@ -76,7 +76,28 @@ WHERE source = 'folder' AND left(file_path, length(%(root)s) + 1) = %(root)s || 
 # Where a claimed row's file is now (the watcher moves the key and path of a renamed file or folder), while ours.
 ROW_FILE = "SELECT source_key, file_path FROM connector.documents WHERE id = %(id)s AND attempts = %(token)s"
 
-_CLAIMED_COLUMNS = "id, source, source_key, title, content, content_bytes, mime_type, file_path, content_hash, attempts"
+# A row's content comes with its claim only up to INLINE_BYTES; a larger one is read after the claim has committed
+# (`ROW_CONTENT`): a row too large for the process's memory then fails its tries like any document, where reading it
+# inside the claim rolled the claim back (no try counted) and stopped every replica that claimed it, the queue
+# stuck behind it. octet_length reads a stored value's header, not the value.
+INLINE_BYTES = 4_000_000
+
+
+def _claimed(t: str) -> str:
+    """The claim's columns (`t`: the table's alias and a dot, or nothing)."""
+    text = f"{t}content_bytes IS NULL AND octet_length({t}content) <= {INLINE_BYTES}"
+    return (
+        f"{t}id, {t}source, {t}source_key, {t}title, CASE WHEN {text} THEN {t}content END AS content, "
+        f"CASE WHEN octet_length({t}content_bytes) <= {INLINE_BYTES} THEN {t}content_bytes END AS content_bytes, "
+        f"{t}mime_type, {t}file_path, {t}content_hash, {t}attempts, "
+        f"coalesce(octet_length({t}content_bytes), octet_length({t}content)) AS content_size"
+    )
+
+
+_CLAIMED_COLUMNS = _claimed("")
+
+# A claimed row's content that did not come with its claim, while the row is ours.
+ROW_CONTENT = "SELECT content, content_bytes FROM connector.documents WHERE id = %(id)s AND attempts = %(token)s"
 
 # `connector ingest`: queue and claim in one statement, so no running sidecar takes the file in between. Failed
 # documents are retried (the user asked for it); documents stored with these exact bytes are left alone.
@@ -147,7 +168,7 @@ SET status = 'processing', attempts = attempts + 1, updated_at = now(), claimed_
 FROM picked p
 WHERE d.id = p.id
   AND CASE WHEN p.first_abandoned IS NULL THEN p.n = 1 OR p.upto <= %(max_bytes)s ELSE p.id = p.first_abandoned END
-RETURNING {", ".join("d." + c.strip() for c in _CLAIMED_COLUMNS.split(","))}, d.retries,
+RETURNING {_claimed("d.")}, d.retries,
           p.first_abandoned IS NOT NULL AS abandoned
 """
 

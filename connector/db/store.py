@@ -28,7 +28,7 @@ from connector.db.rows import (
     StoredCandidate,
     StrategyMeans,
 )
-from connector.errors import ConnectionLostBeforeWrite, DocumentError, FileGone
+from connector.errors import ConnectionLostBeforeWrite, DocumentError, FileGone, TransientError
 from connector.models import Block, Outcome, SourceDocument
 from connector.sources.files import NotRegularFile, TooLarge, read_regular
 
@@ -49,14 +49,21 @@ class ClaimedRow:
     file_path: str | None
     content_hash: str | None  # hash of the bytes the stored chunks came from, if any
     attempts: int  # the claim token: our writes land only while the row still carries it
+    content_size: int | None = None  # bytes of its content column; over queries.INLINE_BYTES, not yet read
     retries: int = 0  # tries that failed or were abandoned since the content last changed (this one not counted)
     abandoned: bool = False  # claimed from a holder that died (alone): a suspect, run alone in the CPU pool
 
     @property
     def short(self) -> bool:
         """A row whose content is in hand and small (a few pages of text): processed in milliseconds."""
-        size = len(self.content_bytes) if self.content_bytes is not None else len(self.content or "")
+        size = self.content_size or 0
         return self.source != "folder" and size <= SHORT_BYTES and not (self.mime_type or "").endswith("pdf")
+
+    @property
+    def deferred(self) -> bool:
+        """Its content is too large to have come with the claim (`Store.with_content` reads it)."""
+        return (self.source != "folder" and self.content is None and self.content_bytes is None
+                and self.content_size is not None)  # fmt: skip
 
     def load(self, roots: Sequence[Path], max_bytes: int) -> SourceDocument:
         """Read the document's bytes: the file for folder rows, the row's own columns for SQL rows.
@@ -83,6 +90,10 @@ class ClaimedRow:
             except OSError as exc:
                 raise DocumentError(f"cannot read {self.file_path}: {exc.strerror or exc}") from exc
             mime = self.mime_type or "text/plain"
+        elif self.content_size is not None and self.content_size > max_bytes:  # known without reading it
+            raise _too_large(self.content_size, max_bytes)
+        elif self.deferred:
+            raise DocumentError("row content not read yet")  # a caller's bug: `Store.with_content` reads it
         elif self.content_bytes is not None:
             data = bytes(self.content_bytes)
             mime = self.mime_type or ("application/pdf" if data.startswith(b"%PDF") else "text/plain")
@@ -92,7 +103,7 @@ class ClaimedRow:
         else:
             raise DocumentError("row has neither content nor content_bytes")
         if len(data) > max_bytes:
-            raise DocumentError(f"document too large: {len(data) / 1e6:.1f} MB (limit {max_bytes / 1e6:.0f} MB)")
+            raise _too_large(len(data), max_bytes)
         return SourceDocument(
             id=self.id,
             source=self.source,
@@ -102,6 +113,10 @@ class ClaimedRow:
             mime_type=mime,
             content_hash=hashlib.sha256(data).hexdigest(),
         )
+
+
+def _too_large(size: int, max_bytes: int) -> DocumentError:
+    return DocumentError(f"document too large: {size / 1e6:.1f} MB (limit {max_bytes / 1e6:.0f} MB)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +379,16 @@ class Store:
         if found is None or found[1] is None or found[1] == row.file_path:
             return None
         return replace(row, source_key=found[0], file_path=found[1])
+
+    def with_content(self, row: ClaimedRow) -> ClaimedRow:
+        """The row with its content, read now (see queries.INLINE_BYTES); as it was when no longer ours."""
+        try:
+            found = self.conn.execute(queries.ROW_CONTENT, {"id": row.id, "token": row.attempts}).fetchone()
+        except (MemoryError, psycopg.DatabaseError) as exc:  # libpq's "out of memory for query result" included
+            if self.conn.broken or not isinstance(exc, MemoryError) and "memory" not in str(exc):
+                raise
+            raise TransientError(f"not enough memory to read its {row.content_size / 1e6:.0f} MB") from exc
+        return row if found is None else replace(row, content=found[0], content_bytes=found[1])
 
     def mark_unchanged(self, row: ClaimedRow) -> None:
         with self.conn.transaction():

@@ -7,11 +7,17 @@ strategies agree on small documents), and every question once per run; the cache
 from __future__ import annotations
 
 import hashlib
+import logging
+import time
 from typing import Protocol
 
 import numpy as np
 
 from connector.embedders.base import Embedder, Embeddings, Window, pool_windows
+from connector.errors import TransientError
+
+log = logging.getLogger(__name__)
+WARN_EVERY_SECONDS = 60.0  # an unreachable cache is said again at most this often, not per batch
 
 
 class CachingEmbedder:
@@ -67,6 +73,7 @@ class PersistentCache:
         self.spec = spec_of(inner)
         self.last: dict[str, int] = {"embedded": 0, "cached": 0}
         self.hits: set[bytes] = set()
+        self._warned = -WARN_EVERY_SECONDS
 
     def embed(self, texts: list[str]) -> Embeddings:
         from connector.counters import EMBED_CACHE
@@ -75,7 +82,7 @@ class PersistentCache:
             return self.inner.embed(texts)
         hashes = [text_hash(t) for t in texts]
         unique = list(dict.fromkeys(hashes))
-        found = self.store.get(self.key, unique, self.dim)
+        found = self._unless_unreachable(lambda: self.store.get(self.key, unique, self.dim)) or {}
         self.hits = set(found)  # which texts of this call the cache had (hashes)
         missing = [h for h in unique if h not in found]
         if missing:
@@ -88,7 +95,7 @@ class PersistentCache:
                 vectors = np.stack([w.vector for w in windows])
                 found[h] = (spans, weights, vectors)
                 entries.append((h, spans, weights, vectors))
-            self.store.put(self.key, self.dim, entries)
+            self._unless_unreachable(lambda: self.store.put(self.key, self.dim, entries))
         EMBED_CACHE.labels("hit").inc(len(unique) - len(missing))
         EMBED_CACHE.labels("miss").inc(len(missing))
         self.last = {"embedded": len(missing), "cached": len(unique) - len(missing)}
@@ -100,6 +107,19 @@ class PersistentCache:
             weights.extend(ws)
             owners.extend([i] * len(spans))
         return Embeddings(pool_windows(np.stack(rows), weights, owners, len(texts)), tuple(per_text))
+
+    def _unless_unreachable(self, call):
+        """`call()`, or None when the cache's own database connection cannot be had (the role's or server's
+        connection limit reached, a lost connection): the cache only saves the model's work, so the texts are
+        embedded without it. Counting that as a try of every document in the batch failed them all for good
+        within a minute of a full connection limit, the worker's own connection being fine."""
+        try:
+            return call()
+        except TransientError as exc:
+            if time.monotonic() - self._warned >= WARN_EVERY_SECONDS:
+                self._warned = time.monotonic()
+                log.warning("embedding cache unavailable, embedding without it: %s", exc)
+            return None
 
     def close(self) -> None:
         closer = getattr(self.inner, "close", None)
