@@ -110,3 +110,35 @@ def test_redact_never_shows_the_password(dsn: str) -> None:
     shown = redact(dsn)
     assert "s3cret" not in shown and "more" not in shown
     assert "db.example" in shown
+
+
+def test_a_title_changed_while_its_row_is_processed_is_kept(settings) -> None:
+    """The worker wrote the title its claim had read: an application's new title, set while the row was being
+    processed, was reverted; so was a renamed file's new name. A file's own title (its first heading) is still
+    written whatever happened."""
+    from connector.embedders.fake import FakeEmbedder
+
+    inbox = settings.watch_dir
+    inbox.mkdir(parents=True, exist_ok=True)
+    (inbox / "plain.txt").write_text("Nothing here names itself.\n\nJust two short paragraphs of text.\n")
+    (inbox / "own.md").write_text("# The Own Title\n\nA document that says what it is called.\n")
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        store = Store(conn)
+        conn.execute("INSERT INTO connector.documents (source_key, title, content) VALUES "
+                     "('app-titled', 'old title', 'Text.'), ('untitled', NULL, '# Its Title\n\nText.')")  # fmt: skip
+        store.enqueue_file("plain.txt", inbox / "plain.txt", "text/plain", "hash-1")
+        store.enqueue_file("own.md", inbox / "own.md", "text/markdown", "hash-2")
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [inbox])
+        rows = store.claim_batch(60, "w", [inbox], 8, 10_000_000)
+        conn.execute(
+            "UPDATE connector.documents SET title = 'NEW title' WHERE source_key IN ('app-titled', 'untitled')"
+        )
+        (inbox / "plain.txt").rename(inbox / "renamed.txt")
+        (inbox / "own.md").rename(inbox / "own-renamed.md")
+        store.rename_folder_documents(inbox, "plain.txt", "renamed.txt")
+        store.rename_folder_documents(inbox, "own.md", "own-renamed.md")
+        assert [worker.process(r) for r in rows] == ["done"] * 4
+        titles = dict(conn.execute("SELECT source_key, title FROM connector.documents"))
+        assert worker.drain(threading.Event()) == 0
+    assert titles == {"app-titled": "NEW title", "untitled": "NEW title", "renamed.txt": "renamed.txt",
+                      "own-renamed.md": "The Own Title"}  # fmt: skip

@@ -367,6 +367,9 @@ class Store:
                         "score": outcome.winner.score,
                         "page_count": len(outcome.document.page_starts) or None,
                         "title": outcome.title,
+                        "own_title": source.source == "folder" and outcome.document.title is not None,
+                        "claimed_title": row.title,
+                        "claimed_key": row.source_key,
                     }
                     for row, source, outcome in items
                 ],
