@@ -294,6 +294,12 @@ class Worker:
                 # then claimed alone) and gives back the rest of what this worker held as it was.
                 self.lost_while_writing = [r.row.id for r in ready]
                 raise TransientError(f"database connection lost while writing {len(ready)} document(s): {exc}") from exc
+            if len(ready) == 1 and isinstance(exc, psycopg.errors.LockNotAvailable):
+                # Another session keeps the row locked (queries.LOCK_WAIT passed): recording a retry would wait
+                # for it too. Left to its lease instead: claimed again once that ends, a try counted.
+                log.warning("%s is locked by another session; tried again when its lease ends", ready[0].row.source_key,
+                            extra={"document_id": ready[0].row.id, "source_key": ready[0].row.source_key})  # fmt: skip
+                return ["retry"]
             if len(ready) == 1:
                 return [self._failed(ready[0].row, exc, ready[0].source.content_hash)]
             log.warning("writing %d documents at once failed (%s); one by one", len(ready), exc)

@@ -23,7 +23,7 @@ from connector.pipeline import Pipeline
 from connector.settings import Settings
 from connector.worker import Worker
 from tests.conftest import FIXTURES, output_of, wait_for
-from tests.dbchecks import assert_consistent, backoff_ends, backoff_left
+from tests.dbchecks import assert_consistent, backoff_ends, backoff_left, lease_ends
 
 WORDS = (FIXTURES / "apache-2.0.txt").read_text().split()
 
@@ -354,3 +354,50 @@ def test_an_embedding_cache_without_a_connection_costs_no_try(settings: Settings
     assert len(said) == 1 and "no database connection" in said[0], said
     vectors = cached.embed(["the same text", "another"]).vectors  # what the model says, the cache or not
     assert np.array_equal(vectors, embedder.embed(["the same text", "another"]).vectors)
+
+
+def test_a_row_another_session_keeps_locked_stalls_neither_the_heartbeat_nor_the_batch(settings: Settings) -> None:
+    """A session holding one claimed row locked (an application's open transaction, a forgotten psql) made the
+    batch's heartbeat wait for it, holding the other rows locked, and then its write: the worker stalled as long as
+    that session kept its lock. Now the beat skips that row, and the write waits LOCK_WAIT for it, then leaves it
+    to its lease (claimed again when that ends) while the others are written."""
+    from connector.db import queries
+
+    settings = settings.model_copy(update={"retry_base_seconds": 60})
+    dsn = settings.dsn.get_secret_value()
+    with connect(dsn, autocommit=True) as conn, psycopg.connect(dsn) as locker:
+        for i in range(4):
+            conn.execute("INSERT INTO connector.documents (source_key, content) VALUES (%s, %s)", (f"d{i}", _text(i)))
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [])
+        rows = worker.store.claim_batch(60, "w", [], 8, 10_000_000)
+        conn.execute("UPDATE connector.documents SET lease_expires_at = now() + interval '5 seconds'")
+        locker.execute("UPDATE connector.documents SET metadata = '{\"by\": \"app\"}' WHERE source_key = 'd1'")
+        beats: list[set[int]] = []
+        beat = threading.Thread(target=lambda: beats.append(worker.store.heartbeat_many(rows, 60)))
+        beat.start()
+        beat.join(10)
+        if beat.is_alive():
+            locker.rollback()
+            beat.join()
+            raise AssertionError("the heartbeat waited for the locked row")
+        assert beats == [{r.id for r in rows}], "the locked row is still ours"
+        leases = dict(conn.execute("SELECT source_key, lease_expires_at > now() + interval '30 seconds' "
+                                   "FROM connector.documents"))  # fmt: skip
+        assert leases == {"d0": True, "d1": False, "d2": True, "d3": True}, "the others' leases extended"
+        t0 = time.monotonic()
+        results = [worker.process(r) for r in rows]
+        waited = time.monotonic() - t0
+        locker.commit()
+        assert results == ["done", "retry", "done", "done"]
+        assert waited < 60, "the write of the locked row gave up"
+        status, retries = conn.execute(
+            "SELECT status, retries FROM connector.documents WHERE source_key = 'd1'"
+        ).fetchone()
+        assert (status, retries) == ("processing", 0), "left to its lease: recording a retry would wait too"
+        lease_ends(conn, rows[1].id)
+        assert worker.drain(threading.Event()) == 1
+        assert conn.execute("SELECT retries FROM connector.documents WHERE source_key = 'd1'").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM connector.documents WHERE status = 'done'").fetchone() == (4,)
+        assert conn.execute("SELECT current_setting('lock_timeout')").fetchone() == ("0",), "not left set"
+        assert queries.LOCK_WAIT == "5s"
+        assert_consistent(conn)

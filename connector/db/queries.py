@@ -172,16 +172,32 @@ RETURNING {_claimed("d.")}, d.retries,
           p.first_abandoned IS NOT NULL AS abandoned
 """
 
-# The leases of a batch, one statement; the ids still ours come back.
+# The leases of a batch, one statement; the ids still ours come back. A row another session holds locked (an
+# application's open transaction, a forgotten psql) is skipped, not waited for: waiting held the batch's other rows
+# locked and the worker stalled with them, for as long as that session kept its lock. Skipped, it still counts as
+# ours when its committed state says so (the statement's snapshot ignores locks); its next beat extends it.
 HEARTBEAT_MANY = """
-UPDATE connector.documents d SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %(lease)s)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::int[]) AS held(id, token)
-WHERE d.id = held.id AND d.attempts = held.token AND d.status = 'processing'
-RETURNING d.id
+WITH held AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::int[]) AS held(id, token)
+), free AS (
+    SELECT d.id FROM connector.documents d JOIN held ON d.id = held.id
+    WHERE d.attempts = held.token AND d.status = 'processing'
+    FOR NO KEY UPDATE OF d SKIP LOCKED
+), beat AS (
+    UPDATE connector.documents d SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %(lease)s)
+    FROM free WHERE d.id = free.id
+)
+SELECT d.id FROM connector.documents d JOIN held ON d.id = held.id
+WHERE d.attempts = held.token AND d.status = 'processing'
 """
 
-# A batch's write: which of its rows still carry our claim token (locked until the batch commits).
+# A batch's write: which of its rows still carry our claim token (locked until the batch commits). Waiting for a
+# row another session keeps locked ends after LOCK_WAIT (the write is then retried one document at a time, and the
+# locked one later, as after any database error), not when that session ends; other waits (an index being built)
+# are not limited.
 LOCK_DOCUMENTS = "SELECT id, attempts FROM connector.documents WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+LOCK_WAIT = "5s"
+SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
 DELETE_CHUNKS_OF = "DELETE FROM connector.chunks WHERE document_id = ANY(%s)"
 DELETE_CANDIDATES_OF = "DELETE FROM connector.candidates WHERE document_id = ANY(%s)"
 # The BM25 postings of the documents' chunks (migration 0008), from the tsvector Postgres generated for each.

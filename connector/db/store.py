@@ -296,7 +296,9 @@ class Store:
                 for model in models:
                     if current is not None and not embeddings.same_space(current.spec, model):
                         raise embeddings.mismatch(current, model)
+            self.conn.execute(queries.SET_LOCK_TIMEOUT, (queries.LOCK_WAIT,))
             locked = dict(self.conn.execute(queries.LOCK_DOCUMENTS, ([row.id for row, _, _ in items],)).fetchall())
+            self.conn.execute(queries.SET_LOCK_TIMEOUT, ("0",))
             ours = [locked.get(row.id) == row.attempts for row, _, _ in items]
             mine = [item for item, ok in zip(items, ours, strict=True) if ok]
             if mine:
