@@ -1,10 +1,18 @@
-"""Office documents → Markdown: DOCX (python-docx), PPTX (python-pptx), ODT (its `content.xml`, read with lxml).
+"""Office documents → Markdown: DOCX (python-docx, its body XML read in `docx_xml.py`), PPTX (python-pptx), ODT
+(its `content.xml`, read with lxml).
 
 Structure comes from what the formats record, never from looks: a DOCX heading is a paragraph whose style (or the
 style it is based on) is named "Heading N" or "Title" (style *names*: a French Word calls the style id `Titre1`);
-list items are paragraphs with numbering or a list style; tables become pipe tables, a merged cell's text once.
-A PPTX slide is a page: its title placeholder is a `##` heading, its text frames lists by indent level, its tables
-pipe tables, its speaker notes a paragraph. Titles come from the core properties, else the first heading.
+list items are paragraphs with numbering or a list style; tables become pipe tables, a merged cell's text once, a
+table inside a cell as text in that cell. A PPTX slide is a page: its title placeholder is a `##` heading, its text
+frames lists by indent level, its tables pipe tables, its speaker notes a paragraph. Titles come from the core
+properties, else the first heading.
+
+Text is all of it and nothing glued: a line break (Word's `w:br`, ODF's `text:line-break`, PowerPoint's Shift+Enter)
+stays a line break in a paragraph and is a space where Markdown needs one line (headings, list items, cells); tabs
+and ODF's `text:s` are spaces. A text box or frame is a paragraph of its own after the one it is anchored in.
+Footnotes and endnotes are Markdown footnotes, as the PDF converter writes them: `[^n]` where cited, numbered in
+citation order, and a `[^n]: text` paragraph after the block that cites them (after the list, for a list item).
 """
 
 from __future__ import annotations
@@ -15,13 +23,20 @@ import re
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 
-from connector.convert import markdown, sniff
+from connector.convert import docx_xml, markdown, sniff
 from connector.errors import ConversionError, DocumentError
 from connector.models import Document
 from connector.visible import visible
 
 _HEADING_STYLE = re.compile(r"^heading\s*([1-9])$", re.IGNORECASE)
-_MARKDOWN_START = re.compile(r"^(?=[#>|]|[-=]{3,}\s*$|[-*+]\s|\d{1,9}[.)]\s)", re.MULTILINE)
+# what would start a block of its own at the start of a line: a heading, quote, table row, rule or setext underline,
+# list item, code fence, or an HTML block that runs on past a blank line (a paragraph's line breaks are kept, so any
+# of its lines may start one)
+_MARKDOWN_START = re.compile(
+    r"^(?=[#>|]|[-=]{3,}\s*$|(?:[*_][ \t]*){3,}$|[-*+]\s|\d{1,9}[.)]\s|`{3}|~{3}"
+    r"|<[!?]|(?i:<(?:script|pre|style|textarea)\b))",
+    re.MULTILINE,
+)
 
 
 def _escape(text: str) -> str:
@@ -40,6 +55,28 @@ def pipe_table(rows: list[list[str]]) -> str:
     rows = [[_cell(c) for c in r] + [""] * (width - len(r)) for r in rows]
     lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * width]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows[1:]])
+
+
+def _lines(text: str) -> str:
+    """A paragraph's text with its line breaks kept, one per line break (a blank line would end the paragraph), and
+    other whitespace collapsed."""
+    return "\n".join(line for line in (" ".join(raw.split()) for raw in text.splitlines()) if line)
+
+
+def _notes_after_lists(parts: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    """Footnotes cited in a list item wait until the list ends: between two items they would cut the list in two."""
+    held: list[tuple[str, str]] = []
+    previous = ""
+    for kind, text in parts:
+        if kind == "note" and previous == "item":
+            held.append((kind, text))
+            continue
+        if held and kind != "item" and text.strip():
+            yield from held
+            held = []
+        yield kind, text
+        previous = kind if text.strip() else previous
+    yield from held
 
 
 def _join(parts: Iterable[tuple[str, str]]) -> str:
@@ -93,8 +130,6 @@ def _guarded(what: str):
 @_guarded("DOCX")
 def docx(data: bytes) -> Document:
     import docx as python_docx
-    from docx.table import Table
-    from docx.text.paragraph import Paragraph
 
     try:
         doc = python_docx.Document(io.BytesIO(data))
@@ -105,29 +140,31 @@ def docx(data: bytes) -> Document:
     default = next((s for s in doc.styles if s.type == 1 and s._element.default), None)  # WD_STYLE_TYPE.PARAGRAPH
     kinds: dict[str | None, tuple[int | None, str]] = {}
     parts: list[tuple[str, str]] = []
-    for item in doc.iter_inner_content():
-        if isinstance(item, Paragraph):
-            style_id = item._p.style
+    for block in docx_xml.blocks(doc):
+        if isinstance(block, docx_xml.Para):
+            style_id = block.p.style
             if style_id not in kinds:
                 style = styles.get(style_id, default) if style_id else default
                 kinds[style_id] = (_docx_heading_level(style), ((style.name if style is not None else "") or ""))
-            parts.append(_docx_paragraph(item, *kinds[style_id]))
-        elif isinstance(item, Table):
-            parts.append(("table", pipe_table(_docx_rows(item))))
-    return _document(_join(parts), doc.core_properties.title, "DOCX document")
+            parts.append(_docx_paragraph(block, *kinds[style_id]))
+        elif isinstance(block, docx_xml.Table):
+            parts.append(("table", pipe_table(block.rows)))
+        else:
+            parts.append(("note", f"[^{block.label}]: {block.text}"))
+    return _document(_join(_notes_after_lists(parts)), doc.core_properties.title, "DOCX document")
 
 
-def _docx_paragraph(p, level: int | None, style: str) -> tuple[str, str]:
-    text = " ".join(p.text.split())
+def _docx_paragraph(para, level: int | None, style: str) -> tuple[str, str]:
+    text = " ".join(para.text.split())
     if not text:
         return "paragraph", ""
     if level is not None:
         return "heading", "#" * level + " " + text
-    numbered = p._p.pPr is not None and p._p.pPr.numPr is not None
+    numbered = para.p.pPr is not None and para.p.pPr.numPr is not None
     if numbered or style.lower().startswith("list"):
         marker = "1." if "number" in style.lower() else "-"
         return "item", f"{marker} {text}"
-    return "paragraph", _escape(text)
+    return "paragraph", _escape(_lines(para.text))
 
 
 def _docx_heading_level(style) -> int | None:
@@ -140,17 +177,6 @@ def _docx_heading_level(style) -> int | None:
             return min(int(m.group(1)), 6)
         style, seen = style.base_style, seen + 1
     return None
-
-
-def _docx_rows(table) -> list[list[str]]:
-    rows = []
-    for row in table.rows:
-        cells, previous = [], None
-        for cell in row.cells:  # a horizontally merged cell repeats in `row.cells`: its text once
-            cells.append("" if cell._tc is previous else cell.text)
-            previous = cell._tc
-        rows.append(cells)
-    return rows
 
 
 # --- PPTX ---------------------------------------------------------------------------------------------------------
@@ -199,11 +225,11 @@ def _pptx_shape(shape) -> list[tuple[str, str]]:
         return [("table", pipe_table([[c.text for c in row.cells] for row in shape.table.rows]))]
     if not shape.has_text_frame:
         return []
-    paragraphs = [(p.level, " ".join("".join(r.text for r in p.runs).split())) for p in shape.text_frame.paragraphs]
-    paragraphs = [(level, text) for level, text in paragraphs if text]
+    # `p.text`, not its runs: it has fields (slide number, date) and gives a line break (Shift+Enter) as "\v"
+    paragraphs = [(p.level, p.text) for p in shape.text_frame.paragraphs if p.text.strip()]
     if len(paragraphs) == 1 and paragraphs[0][0] == 0:
-        return [("paragraph", _escape(paragraphs[0][1]))]
-    return [("item", "  " * level + "- " + text) for level, text in paragraphs]
+        return [("paragraph", _escape(_lines(paragraphs[0][1])))]
+    return [("item", "  " * level + "- " + " ".join(text.split())) for level, text in paragraphs]
 
 
 # --- ODT ----------------------------------------------------------------------------------------------------------
@@ -212,6 +238,7 @@ _ODF = {
     "text": "urn:oasis:names:tc:opendocument:xmlns:text:1.0",
     "table": "urn:oasis:names:tc:opendocument:xmlns:table:1.0",
     "office": "urn:oasis:names:tc:opendocument:xmlns:office:1.0",
+    "draw": "urn:oasis:names:tc:opendocument:xmlns:drawing:1.0",
     "dc": "http://purl.org/dc/elements/1.1/",
 }
 
@@ -231,32 +258,93 @@ def odt(data: bytes) -> Document:
         found = etree.fromstring(meta, etree.XMLParser(resolve_entities=False)).find(".//dc:title", _ODF)
         title = found.text if found is not None else None
     body = content.find(".//office:text", _ODF)
-    parts = list(_odt_parts(body)) if body is not None else []
-    return _document(_join(parts), title, "ODT document")
+    parts = list(_odt_notes(body)) if body is not None else []
+    return _document(_join(_notes_after_lists(parts)), title, "ODT document")
 
 
-def _odt_text(el) -> str:
-    return " ".join("".join(el.itertext()).split())
+_XML_SPACE = re.compile(r"[ \t\r\n]+")  # ODF collapses white space in text as HTML does; text:s, text:tab say more
 
 
-def _odt_parts(el, depth: int = 0) -> Iterator[tuple[str, str]]:
+def _odt(name: str) -> str:
+    prefix, local = name.split(":")
+    return f"{{{_ODF[prefix]}}}{local}"
+
+
+_ODT_CONTAINERS = frozenset(map(_odt, ("text:section", "text:soft-page-break", "draw:frame", "draw:text-box")))
+_ODT_PARAGRAPHS = frozenset(map(_odt, ("text:p", "text:h")))
+_ODT_SPACE, _ODT_TAB, _ODT_BREAK, _ODT_NOTE, _ODT_NOTE_BODY = map(
+    _odt, ("text:s", "text:tab", "text:line-break", "text:note", "text:note-body")
+)
+_ODT_FRAME, _ODT_TEXT_BOX, _ODT_TABLE, _ODT_COMMENT = map(
+    _odt, ("draw:frame", "draw:text-box", "table:table", "office:annotation")
+)
+
+
+def _odt_notes(body) -> Iterator[tuple[str, str]]:
+    """The parts of an ODT body, each followed by the notes it cites as Markdown footnotes, numbered in order."""
+    notes: list[str] = []
+    done = 0
+    for part in _odt_parts(body, notes, 0):
+        yield part
+        yield from (("note", f"[^{n + 1}]: {notes[n]}") for n in range(done, len(notes)))
+        done = len(notes)
+
+
+def _odt_parts(el, notes: list[str], depth: int) -> Iterator[tuple[str, str]]:
     t, tb = f"{{{_ODF['text']}}}", f"{{{_ODF['table']}}}"
     for child in el:
         if child.tag == t + "h":
             level = int(child.get(t + "outline-level") or 1)
-            text = _odt_text(child)
+            text = " ".join(_odt_inline(child, notes, None).split())
             yield ("heading", "#" * min(max(level, 1), 6) + " " + text) if text else ("heading", "")
         elif child.tag == t + "p":
-            yield "paragraph", _escape(_odt_text(child))
+            frames: list = []
+            yield "paragraph", _escape(_lines(_odt_inline(child, notes, frames)))
+            for frame in frames:  # a frame's paragraphs are paragraphs of their own, after the one it is anchored in
+                yield from _odt_parts(frame, notes, depth)
         elif child.tag == t + "list":
             for item in child.iter(t + "list-item"):
-                texts = [_odt_text(p) for p in item if p.tag in (t + "p", t + "h")]
+                texts = [" ".join(_odt_inline(p, notes, None).split()) for p in item if p.tag in (t + "p", t + "h")]
                 if any(texts):
                     yield "item", "  " * min(depth, 4) + "- " + " ".join(x for x in texts if x)
         elif child.tag == tb + "table":
-            # direct rows and cells only (rows may sit in header-rows/row-groups): an inner table stays in its cell
-            rows = child.xpath("./table:table-row | ./*/table:table-row", namespaces=_ODF)
-            yield "table", pipe_table([[_odt_text(c) for c in r.xpath("./table:table-cell", namespaces=_ODF)]
-                                       for r in rows])  # fmt: skip
-        elif child.tag in (t + "section", t + "soft-page-break") or child.tag.endswith("}index-body"):
-            yield from _odt_parts(child, depth)
+            yield "table", pipe_table(_odt_rows(child, notes))
+        elif child.tag in _ODT_CONTAINERS or child.tag.endswith("}index-body"):
+            yield from _odt_parts(child, notes, depth)
+
+
+def _odt_rows(table, notes: list[str]) -> list[list[str]]:
+    # direct rows and cells only (rows may sit in header-rows/row-groups): an inner table is part of its cell's text
+    rows = table.xpath("./table:table-row | ./*/table:table-row", namespaces=_ODF)
+    return [[" ".join(_odt_inline(c, notes, None).split()) for c in r.xpath("./table:table-cell", namespaces=_ODF)]
+            for r in rows]  # fmt: skip
+
+
+def _odt_inline(el, notes: list[str], frames: list | None) -> str:
+    """The text under `el`: `text:s` a space, `text:tab` a tab, `text:line-break` a line break, a note its `[^n]`
+    (its text appended to `notes`), a paragraph inside on lines of its own, comments nothing. Frames anchored here go
+    to `frames`, to be read after the paragraph; with no list (in a heading, list item or cell) their text is read in
+    place."""
+    out = [_XML_SPACE.sub(" ", el.text or "")]
+    for child in el:
+        tag = child.tag
+        if tag in (_ODT_SPACE, _ODT_TAB):
+            out.append(" " if tag == _ODT_SPACE else "\t")  # runs of spaces are collapsed anyway: one is enough
+        elif tag == _ODT_BREAK:
+            out.append("\n")
+        elif tag == _ODT_NOTE:
+            body = child.find(_ODT_NOTE_BODY)
+            text = " ".join(_odt_inline(body, notes, None).split()) if body is not None else ""
+            notes += [text] if text else []
+            out.append(f"[^{len(notes)}]" if text else "")
+        elif tag == _ODT_FRAME and frames is not None:
+            frames.append(child)
+        elif tag == _ODT_FRAME:
+            out += ["\n" + _odt_inline(box, notes, None) for box in child.findall(_ODT_TEXT_BOX)]
+        elif tag == _ODT_TABLE:
+            out.append("\n" + docx_xml.nested_table(_odt_rows(child, notes)) + "\n")
+        elif isinstance(tag, str) and tag != _ODT_COMMENT:  # spans, links, fields; not XML comments
+            paragraph = tag in _ODT_PARAGRAPHS
+            out.append("\n" * paragraph + _odt_inline(child, notes, frames) + "\n" * paragraph)
+        out.append(_XML_SPACE.sub(" ", child.tail or ""))
+    return "".join(out)
