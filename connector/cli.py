@@ -517,8 +517,9 @@ def status(dsn: DsnOption = None, last: Annotated[int, typer.Option(help="How ma
         leases = store.in_flight()
     out = Console()
     counts = Table("queue", "documents")
-    for name, label in (("ready", "pending (ready)"), ("backing_off", "pending (retry later)"),
-                        ("processing", "processing"), ("done", "done"), ("failed", "failed")):  # fmt: skip
+    for name, label in (("ready", "pending (ready)"), ("ready_files", "pending (ready, files)"),
+                        ("backing_off", "pending (retry later)"), ("processing", "processing"), ("done", "done"),
+                        ("failed", "failed")):  # fmt: skip
         counts.add_row(label, str(depth[name]))
     out.print(counts)
     if leases:

@@ -2,8 +2,8 @@
 
 - metrics: `connector_documents_total{outcome}` (done, unchanged, failed, retry, superseded),
   `connector_stage_seconds{stage}` (convert, candidates, guards, each metric, select, embed, write),
-  `connector_queue_documents{state}` (ready, backing_off, processing, done, failed; read from the database at
-  scrape time), `connector_database_up`, `connector_workers_alive`, and the embedder's (connector.counters):
+  `connector_queue_documents{state}` (ready, ready_files, backing_off, processing, done, failed; read from the
+  database at scrape time), `connector_database_up`, `connector_workers_alive`, and the embedder's (connector.counters):
   `connector_embed_requests_total`, `_inputs_total`, `_tokens_total`, `_failures_total{kind}`,
   `connector_embed_cache_total{result}` (hit, miss).
 - health: `{"status": "ok", ...}` while every worker thread and the folder watcher are alive and the database

@@ -20,7 +20,7 @@ from connector.pipeline import Pipeline
 from connector.settings import EmbedSettings, Settings
 from connector.worker import Worker
 from tests.conftest import FIXTURES
-from tests.dbchecks import assert_consistent
+from tests.dbchecks import assert_consistent, lease_ends
 from tests.embed_stub import EmbeddingStub
 
 K8S = Path(__file__).parent.parent / "docker" / "k8s"
@@ -306,10 +306,19 @@ def test_the_keda_scalers_query_counts_what_status_calls_ready(settings: Setting
         conn.execute("UPDATE connector.documents SET status = 'failed' WHERE id = %s", (ids[3],))
         conn.execute("UPDATE connector.documents SET status = 'done' WHERE id = %s", (ids[4],))
         conn.execute("UPDATE connector.documents SET retry_after = now() - interval '1 s' WHERE id = %s", (ids[5],))
+        # A file, which only a sidecar watching its folder claims: these --no-watch replicas never would.
+        conn.execute("UPDATE connector.documents SET source = 'folder', file_path = '/inbox/a.txt' WHERE id = %s",
+                     (ids[6],))  # fmt: skip
+        lease_ends(conn, ids[0])  # its holder died: claimable again
         depth = store.queue_depth()
         # KEDA runs the query as it stands, as a plain SELECT, and reads one integer.
         (value,) = conn.execute(query).fetchone()
-        assert value == depth["ready"] == 4
+        assert value == depth["ready"] == 4, (value, depth)
+        assert depth == {"ready": 4, "ready_files": 1, "backing_off": 1, "processing": 1, "done": 1, "failed": 1}
+        claimed = 0  # what a --no-watch replica claims now (the dead one's row alone, then the others)
+        while batch := store.claim_batch(60, "replica", (), 100, 10**9):
+            claimed += len(batch)
+        assert claimed == value
 
 
 def _strict(schema: dict) -> dict:

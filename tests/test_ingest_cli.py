@@ -197,9 +197,10 @@ def test_migrate_and_status_commands(tmp_path: Path, dsn: str) -> None:
     status = subprocess.run(connector_cmd("status", "--dsn", dsn), env=env, capture_output=True, text=True, timeout=60)
     assert status.returncode == 0, status.stderr
     assert "broken-row" in status.stdout and "neither content" in status.stdout
-    lines = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in status.stdout.splitlines()[3:8]}
+    lines = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in status.stdout.splitlines()[3:9]}
     assert lines == {
         "pending (ready)": "0",
+        "pending (ready, files)": "0",
         "pending (retry later)": "0",
         "processing": "0",
         "done": "1",

@@ -306,10 +306,10 @@ def test_search_finds_the_known_chunk_marks_the_words_and_expands_the_context(si
 def test_queue_page_counts_what_status_counts_and_charts_the_strategies(site: Site, page) -> None:
     page.goto(site.url + "/ui/queue")
     counts = {name: int(page.locator(f".count[data-count='{name}'] .n").inner_text().replace(",", ""))
-              for name in ("ready", "backing_off", "processing", "done", "failed")}  # fmt: skip
+              for name in ("ready", "ready_files", "backing_off", "processing", "done", "failed")}  # fmt: skip
     done, failed = site.one("SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = "
                             "'failed') FROM connector.documents")  # fmt: skip
-    assert counts == {"ready": 0, "backing_off": 0, "processing": 0, "done": done, "failed": failed}
+    assert counts == {"ready": 0, "ready_files": 0, "backing_off": 0, "processing": 0, "done": done, "failed": failed}
     with psycopg.connect(site.dsn) as conn:  # what `connector report` prints
         report = {r.strategy: r for r in Store(conn).strategy_report()}
     adaptive = report.pop("adaptive")

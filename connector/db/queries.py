@@ -257,13 +257,21 @@ SET lease_expires_at = now() - interval '1 second', last_error = %(error)s, upda
 WHERE id = ANY(%(ids)s) AND claimed_by = %(worker)s AND status = 'processing'
 """
 
+# Ready: what a worker would claim now (`CLAIM_BATCH`): pending rows not backing off, and rows whose holder's lease
+# ran out (it died or stalled). Rows of the queue table and watched tables apart from files, which only a sidecar
+# watching their folder claims: KEDA's query (docker/k8s) counts the first kind, which its `--no-watch` replicas
+# serve; counting files there kept replicas up for rows none of them would ever take.
 QUEUE_DEPTH = """
-SELECT count(*) FILTER (WHERE status = 'pending' AND (retry_after IS NULL OR retry_after <= now())),
+SELECT count(*) FILTER (WHERE source <> 'folder' AND ready),
+       count(*) FILTER (WHERE source = 'folder' AND ready),
        count(*) FILTER (WHERE status = 'pending' AND retry_after > now()),
-       count(*) FILTER (WHERE status = 'processing'),
+       count(*) FILTER (WHERE status = 'processing' AND NOT ready),
        count(*) FILTER (WHERE status = 'done'),
        count(*) FILTER (WHERE status = 'failed')
-FROM connector.documents
+FROM (SELECT source, status, retry_after,
+             (status = 'pending' AND (retry_after IS NULL OR retry_after <= now()))
+             OR (status = 'processing' AND lease_expires_at < now()) AS ready
+      FROM connector.documents) AS d
 """
 
 IN_FLIGHT = """

@@ -232,8 +232,9 @@ class Store:
 
     def queue_depth(self) -> dict[str, int]:
         with self.conn.transaction():
-            ready, waiting, processing, done, failed = self.conn.execute(queries.QUEUE_DEPTH).fetchone()
-        return {"ready": ready, "backing_off": waiting, "processing": processing, "done": done, "failed": failed}
+            ready, files, waiting, processing, done, failed = self.conn.execute(queries.QUEUE_DEPTH).fetchone()
+        return {"ready": ready, "ready_files": files, "backing_off": waiting, "processing": processing, "done": done,
+                "failed": failed}  # fmt: skip
 
     def in_flight(self) -> list[Lease]:
         with self.conn.transaction(), self.conn.cursor(row_factory=class_row(Lease)) as cur:
