@@ -253,7 +253,13 @@ class _WorkerThread(threading.Thread):
             if self.worker is not None:  # kept until given back: this connection may be lost before that too
                 self.suspects += self.worker.lost_while_writing
                 self.worker.lost_while_writing = []
+            reconnected = self.worker is not None
             self.worker = Worker(work_conn, self.pipeline, self.roots, name=self.name_in_queue)
+            if reconnected:
+                # Back from an outage: if it outlasted the lease, every replica's leases ran out, and the others
+                # may still be waiting to reconnect (up to _MAX_BACKOFF) to hand theirs back. Their rows are not
+                # their tries' fault; five such outages failed them.
+                self.worker.forgive_abandoned_until = time.monotonic() + self.settings.lease_seconds + _MAX_BACKOFF
             error = "the database connection was lost while it was being written"
             if released := self.worker.store.release_mine(self.name_in_queue, self.suspects, error):
                 alone = f" ({len(self.suspects)} being written then: each tried again alone)" if self.suspects else ""

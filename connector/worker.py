@@ -99,6 +99,9 @@ class Worker:
         self.held: list[ClaimedRow] = []  # the rows it holds now, claimed and not yet finished (read on shutdown)
         self.lost_while_writing: list[int] = []  # ids being written when its connection died (see `_store`)
         self._next_beat = 0.0  # when the leases of `held` are next extended
+        # Until then (monotonic), a row whose lease ran out costs no try when claimed: set by the sidecar when this
+        # worker replaces one whose connection was lost (see queries.CLAIM_BATCH).
+        self.forgive_abandoned_until = 0.0
         self._lost: set[tuple[int, int]] = set()  # (id, claim token) of held rows a heartbeat found taken away
         # Stage → ms of each document done, until the metrics endpoint's recorder takes it (`timings_of`).
         self.timings: dict[int, dict[str, float]] = {}
@@ -426,7 +429,9 @@ class Worker:
         n = 0
         while not stop.is_set():
             self.index_if_due()
-            rows = self.store.claim_batch(self.lease_seconds, self.name, self.roots, self.batch_size, self.batch_bytes)
+            counts = time.monotonic() >= self.forgive_abandoned_until
+            rows = self.store.claim_batch(self.lease_seconds, self.name, self.roots, self.batch_size, self.batch_bytes,
+                                          counts)  # fmt: skip
             if not rows:
                 break
             self.held = list(rows)

@@ -5,7 +5,9 @@ chunks, and a row whose worker died is claimed alone. Also the KEDA scaler's que
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -402,3 +404,37 @@ def test_the_ingest_path_still_writes_one_document_per_transaction(settings: Set
             assert worker.held == []
         assert _status(conn) == {"done": size}
         assert_consistent(conn)
+
+
+def test_a_worker_back_from_an_outage_takes_the_other_replicas_expired_rows_without_counting_a_try(
+    settings: Settings, caplog
+) -> None:
+    """A database outage longer than the lease ends every replica's leases; the first replica back claimed the
+    others' rows as its dead peers' (each alone, a try counted) while those peers were still reconnecting: five such
+    outages failed innocent rows. For a while after reconnecting (the lease and the longest reconnection wait), a
+    worker takes such rows without counting a try; after that, a row whose holder died costs one again."""
+    from connector.embedders.fake import FakeEmbedder
+    from connector.pipeline import Pipeline
+    from connector.worker import Worker
+
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        ids = _insert(conn, 4)
+        peer = Store(conn).claim_batch(60, "peer", (), 2, 10**9)  # the other replica, cut off by the outage
+        for i in ids[:2]:
+            lease_ends(conn, i)
+        back = Worker(conn, Pipeline(settings, FakeEmbedder()), [], name="back")
+        back.forgive_abandoned_until = time.monotonic() + 60  # what the sidecar sets on a reconnection
+        with caplog.at_level(logging.INFO, logger="connector.worker"):
+            assert back.drain(threading.Event()) == 4
+        rows = conn.execute("SELECT id, status FROM connector.documents ORDER BY id").fetchall()
+        assert rows == [(i, "done") for i in ids], rows
+        processing = [r.getMessage() for r in caplog.records if r.getMessage().startswith("processing")]
+        assert len(processing) == 4 and not [m for m in processing if "(try" in m], processing  # no try counted
+        assert len(peer) == 2
+        # Later, a row whose holder died costs a try again.
+        conn.execute("UPDATE connector.documents SET status = 'pending' WHERE id = %s", (ids[0],))
+        Store(conn).claim_batch(60, "peer", (), 1, 10**9)
+        lease_ends(conn, ids[0])
+        back.forgive_abandoned_until = time.monotonic()
+        [row] = back.store.claim_batch(60, "back", (), 4, 10**9, time.monotonic() >= back.forgive_abandoned_until)
+        assert (row.id, row.retries, row.abandoned) == (ids[0], 1, True)

@@ -250,12 +250,13 @@ class Store:
             return cur.execute(queries.INGEST_FILE, {**params, "lease": lease_seconds}).fetchone()
 
     def claim_batch(
-        self, lease_seconds: int, worker: str, roots: Sequence[Path], limit: int, max_bytes: int
-    ) -> list[ClaimedRow]:
+        self, lease_seconds: int, worker: str, roots: Sequence[Path], limit: int, max_bytes: int,
+        count_abandoned: bool = True,
+    ) -> list[ClaimedRow]:  # fmt: skip
         """Up to `limit` claimable rows, oldest first, holding at most `max_bytes` of content (the first always),
-        each under its own lease and claim token."""
+        each under its own lease and claim token; a dead holder's row alone, its try counted if `count_abandoned`."""
         params = {"lease": lease_seconds, "worker": worker, "roots": _prefixes(roots), "limit": limit,
-                  "max_bytes": max_bytes}  # fmt: skip
+                  "max_bytes": max_bytes, "count_abandoned": count_abandoned}  # fmt: skip
         with self.conn.transaction(), self.conn.cursor(row_factory=class_row(ClaimedRow)) as cur:
             rows = cur.execute(queries.CLAIM_BATCH, params).fetchall()
         return sorted(rows, key=lambda r: r.id)
