@@ -149,6 +149,11 @@ def _errors():
         reason = escape(one_line(str(exc)))
         console.print(f"[red]error:[/red] lost the connection to the database: {reason}", highlight=False)
         raise typer.Exit(1) from None
+    except psycopg.errors.InsufficientPrivilege as exc:  # e.g. watch-table run as the runtime role
+        reason = escape(one_line(str(exc)))
+        console.print(f"[red]error:[/red] {reason}: this database role may not do that (README: Roles; schema "
+                      "changes such as migrate and watch-table run as the owner)", highlight=False)  # fmt: skip
+        raise typer.Exit(2) from None
 
 
 def _prepare(settings: Settings, dsn: str, *, no_migrate: bool = False):

@@ -10,7 +10,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, TypeAdapter, field_validator
+from pydantic import Field, SecretStr, TypeAdapter, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from connector.strategies import StrategyConfig, preset
@@ -47,7 +47,9 @@ class LLMSettings(BaseSettings):
     timeout: float = Field(60.0, description="Seconds to wait for the endpoint.")
     context_tokens: int = Field(8000, description="The model sees the document's first lines up to this many tokens.")
     regex_timeout: float = Field(2.0, description="Seconds the returned pattern may run over one document.")
-    cache_dir: Path = Field(Path(".connector/llm-regex"), description="Patterns cached by content hash.")
+    cache_dir: Path = Field(
+        Path(".connector/llm-regex"), description="Patterns cached by content hash (with Settings: data_dir/llm-regex)."
+    )
 
 
 class ChunkingSettings(BaseSettings):
@@ -328,6 +330,14 @@ class Settings(BaseSettings):
     weights: ScoringSettings = Field(default_factory=ScoringSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     search: SearchSettings = Field(default_factory=SearchSettings)
+
+    @model_validator(mode="after")
+    def _state_in_data_dir(self) -> Settings:
+        # The LLM pattern cache is local state like the rest: under data_dir (a container's writable volume), not
+        # under the working directory, unless set on its own.
+        if "cache_dir" not in self.chunking.llm.model_fields_set:
+            self.chunking.llm.cache_dir = self.data_dir / "llm-regex"
+        return self
 
     @field_validator("embedder")
     @classmethod

@@ -101,3 +101,14 @@ def test_the_api_key_is_not_in_the_recorded_params(tmp_path: Path) -> None:
     llm = LLMSettings(base_url="http://x/v1", api_key=SecretStr("sk-secret"))
     chunker = LLMRegexChunker(llm, ChunkingSettings().encoding)
     assert "sk-secret" not in str(chunker.params)
+
+
+def test_the_pattern_cache_lives_in_the_data_dir_unless_set(tmp_path: Path, monkeypatch) -> None:
+    """It was `.connector/llm-regex` under the working directory whatever CONNECTOR_DATA_DIR said: in the container
+    (a read-only /app, state on a volume) the pattern paid for could not be kept."""
+    from connector.settings import Settings
+
+    monkeypatch.delenv("CONNECTOR_LLM_CACHE_DIR", raising=False)
+    assert Settings(data_dir=tmp_path / "state").chunking.llm.cache_dir == tmp_path / "state" / "llm-regex"
+    monkeypatch.setenv("CONNECTOR_LLM_CACHE_DIR", str(tmp_path / "mine"))
+    assert Settings(data_dir=tmp_path / "state").chunking.llm.cache_dir == tmp_path / "mine"

@@ -257,7 +257,7 @@ def _status(dsn: str, doc: int) -> tuple:
         ).fetchone()
 
 
-def test_a_runtime_role_runs_the_sidecar_and_an_owner_migrates(tmp_path: Path, readme_roles) -> None:
+def test_a_runtime_role_runs_the_sidecar_and_an_owner_migrates(tmp_path: Path, dsn: str, readme_roles) -> None:
     owner, app = readme_roles
     fake = ("--embedder", "fake")
     # Before any migration: the runtime role is told what to run, in one line, with or without --no-migrate.
@@ -288,6 +288,13 @@ def test_a_runtime_role_runs_the_sidecar_and_an_owner_migrates(tmp_path: Path, r
         assert (status, error) == ("done", None) and chunks > 0, (status, error, proc.stderr)
     proc = _run(tmp_path, "status", CONNECTOR_DSN=app)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Watching a table installs triggers: the owner's work. The runtime role is told so in one line (it was a
+    # traceback of psycopg's InsufficientPrivilege).
+    with psycopg.connect(dsn, autocommit=True) as conn:  # an application's table
+        conn.execute("CREATE TABLE app_notes (id int PRIMARY KEY, body text)")
+    proc = _run(tmp_path, "watch-table", "app_notes", "--id", "id", "--text", "body", CONNECTOR_DSN=app)
+    line = _assert_one_line_error(proc, 2, starts="error: permission denied")
+    assert "this database role may not do that (README: Roles" in line, line
 
     # The runtime role may not create an index on the owner's table, yet the chunks' HNSW index is built once the
     # table is large enough (migration 0015's SECURITY DEFINER function), here at 1 chunk; owned by the owner.
