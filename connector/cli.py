@@ -730,7 +730,7 @@ def tune(
     embedder: EmbedderOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Learn the metric weights from your own questions: cross-validated over documents, against equal weights.
+    """Learn the metric weights from your own questions: cross-validated over documents, against the current ones.
     The weights are written (as CONNECTOR_WEIGHT_* lines of --env-file) only when the held-out gain is shown."""
     import json
 

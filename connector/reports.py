@@ -427,7 +427,7 @@ def tune_payload(result, written: str | None) -> dict:
                 "test_documents": list(f.test_docs),
                 "weights": f.weights,
                 "tuned": {"recall": f.tuned[0], "mrr": f.tuned[1]},
-                "equal": {"recall": f.equal[0], "mrr": f.equal[1]},
+                "current": {"recall": f.current[0], "mrr": f.current[1]},
             }
             for f in result.folds
         ],  # fmt: skip
@@ -439,15 +439,15 @@ def tune_print(result, written: str | None) -> None:
     repeats = len({f.repeat for f in result.folds})
     title = (f"cross-validation over {result.documents} documents: {len(result.folds) // max(repeats, 1)} folds, "
              f"{repeats} shuffles")  # fmt: skip
-    table = Table("shuffle", "held-out docs", "recall tuned", "recall equal", "MRR tuned", "MRR equal",
+    table = Table("shuffle", "held-out docs", "recall tuned", "recall current", "MRR tuned", "MRR current",
                   "weights fitted without them", title=title)  # fmt: skip
     for f in result.folds:
         weights = " ".join(f"{m}={w:g}" for m, w in f.weights.items() if w)
-        table.add_row(str(f.repeat + 1), str(len(f.test_docs)), f"{f.tuned[0]:.3f}", f"{f.equal[0]:.3f}",
-                      f"{f.tuned[1]:.3f}", f"{f.equal[1]:.3f}", weights)  # fmt: skip
+        table.add_row(str(f.repeat + 1), str(len(f.test_docs)), f"{f.tuned[0]:.3f}", f"{f.current[0]:.3f}",
+                      f"{f.tuned[1]:.3f}", f"{f.current[1]:.3f}", weights)  # fmt: skip
     out.print(table)
     spread = "n/a" if result.spread == float("inf") else f"{result.spread:.3f}"
-    out.print(f"held-out gain over equal weights: recall {result.gain:+.3f} (standard error {spread} over "
+    out.print(f"held-out gain over the current weights: recall {result.gain:+.3f} (standard error {spread} over "
               f"documents), MRR {result.mrr_gain:+.3f}", highlight=False)  # fmt: skip
     for name, (pooled, within) in result.correlations.items():
         out.print(f"Spearman(score, recall) with {name} weights: {_num(pooled)} over all candidates, {_num(within)} "
@@ -455,7 +455,7 @@ def tune_print(result, written: str | None) -> None:
     weights = ", ".join(f"{m}={w:g}" for m, w in result.weights.items())
     if not result.shown:
         out.print(f"[yellow]no gain shown[/yellow]: the weights fitted on all documents ({weights}) do not beat "
-                  "equal weights by two standard errors on held-out documents, so nothing was written. More "
+                  "the current weights by two standard errors on held-out documents, so nothing was written. More "
                   "questions, on more documents, narrow the error.")  # fmt: skip
     elif written:
         out.print(f"weights written to {written}: {weights}", highlight=False)

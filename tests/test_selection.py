@@ -222,6 +222,8 @@ def test_merged_sections_pack_short_sections_and_cut_only_at_headings() -> None:
 
 # connector tune
 
+DEFAULTS = ScoringSettings().as_dict()  # the weights in use unless configured: the paper's five equal, RT 0
+
 
 def rows_where(metric: str, docs: int = 24, seed: int = 1) -> list[Row]:
     """Three candidates per document with random metric values; recall is 1 for the candidate with the highest
@@ -236,25 +238,35 @@ def rows_where(metric: str, docs: int = 24, seed: int = 1) -> list[Row]:
 
 
 def test_tune_finds_the_metric_that_predicts_retrieval() -> None:
-    result = tune(rows_where("rt"), ["rc", "icc", "bi", "rt"], folds=4)
+    result = tune(rows_where("rt"), ["rc", "icc", "bi", "rt"], DEFAULTS, folds=4)
     assert result.weights == {"rc": 0.0, "icc": 0.0, "bi": 0.0, "rt": 1.0}
     for fold in result.folds:  # each fold, fitted without its documents, still leans on the metric that matters
-        assert fold.weights["rt"] >= 0.8 and fold.tuned[0] >= fold.equal[0]
+        assert fold.weights["rt"] >= 0.8 and fold.tuned[0] >= fold.current[0]
     assert result.gain > 0.2 and result.shown
+
+
+def test_tune_measures_its_gain_against_the_weights_in_use_not_equal_ones() -> None:
+    """Weights already on the metric that predicts retrieval leave nothing to gain: the gain over equal weights
+    (RT included, which the defaults leave out) was claimed, and written, as if tuning had found it."""
+    rows = rows_where("rc")
+    already = tune(rows, ["rc", "icc", "bi", "rt"], {**DEFAULTS, "rc": 1.0, "icc": 0.0, "bi": 0.0}, folds=4)
+    assert already.gain == 0.0 and not already.shown
+    assert set(already.correlations) == {"current", "equal", "fitted", "paper (equal, no rt)"}
+    assert tune(rows, ["rc", "icc", "bi", "rt"], DEFAULTS, folds=4).shown, "against the defaults there is a gain"
 
 
 def test_tune_claims_nothing_when_no_metric_predicts_retrieval() -> None:
     rng = random.Random(7)
     noise = [Row(r.doc, r.strategy, r.metrics, float(rng.random() < 0.5), 0.5) for r in rows_where("rt", seed=7)]
-    result = tune(noise, ["rc", "icc", "bi", "rt"], folds=4)
+    result = tune(noise, ["rc", "icc", "bi", "rt"], DEFAULTS, folds=4)
     assert not result.shown
 
 
 def test_tune_needs_two_documents_and_two_folds() -> None:
     with pytest.raises(ValueError, match="at least two documents"):
-        tune([Row("a", "s", {"rt": 1.0}, 1.0, 1.0)], ["rt"])
+        tune([Row("a", "s", {"rt": 1.0}, 1.0, 1.0)], ["rt"], DEFAULTS)
     with pytest.raises(ValueError, match="at least two folds"):
-        tune(rows_where("rt"), ["rt"], folds=1)
+        tune(rows_where("rt"), ["rt"], DEFAULTS, folds=1)
 
 
 def test_weights_that_cannot_score_a_document_count_it_as_lost() -> None:

@@ -49,7 +49,7 @@ def run_tune(
     missing = found.missing + unreadable + [f"{name} ({reason})" for name, reason in skipped]
     if len({r.doc for r in rows}) < 2:
         raise FatalError(f"tuning needs questions on at least two documents; {len({r.doc for r in rows})} usable")
-    return weights.tune(rows, used, folds), missing
+    return weights.tune(rows, used, settings.weights.as_dict(), folds), missing
 
 
 def _name(key: str) -> str:

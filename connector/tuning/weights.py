@@ -4,11 +4,12 @@ The data is a table: for each QA document, each candidate's metric values and ho
 document's questions (recall@k, MRR). A weight vector chooses one candidate per document (the highest weighted
 score, as selection does); its quality is the mean recall (then MRR) of the chosen candidates. Weights are searched
 on a grid over the simplex (steps of `1 / GRID`), fitted on the training documents of each fold and judged on the
-held-out ones against equal weights on the same documents; the folds are dealt `repeats` times from different
-shuffles. Every document is thus held out `repeats` times, and its gain is the mean of those. The gain is claimed
-only when the mean over documents stays positive two standard errors down (about 97.5 % one-sided) and MRR does
-not drop: a grid of a few hundred weight vectors fitted to a few dozen documents finds a "gain" in pure noise
-often enough that a weaker rule (one standard error over five folds) claimed one on random data in our tests.
+held-out ones against the weights in use (the configured ones) on the same documents; the folds are dealt `repeats`
+times from different shuffles. Every document is thus held out `repeats` times, and its gain is the mean of those.
+The gain is claimed only when the mean over documents stays positive two standard errors down (about 97.5 %
+one-sided) and MRR does not drop: a grid of a few hundred weight vectors fitted to a few dozen documents finds a
+"gain" in pure noise often enough that a weaker rule (one standard error over five folds) claimed one on random
+data in our tests.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Fold:
     test_docs: tuple[str, ...]
     weights: dict[str, float]
     tuned: tuple[float, float]  # held-out (recall, MRR) with the weights fitted on the other folds
-    equal: tuple[float, float]  # held-out (recall, MRR) with equal weights
+    current: tuple[float, float]  # held-out (recall, MRR) with the weights in use
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +122,14 @@ def fit(by_doc: dict[str, list[Row]], docs: Sequence[str], candidates: list[dict
     return max(candidates, key=key)
 
 
-def tune(rows: Sequence[Row], metrics: Sequence[str], folds: int = 5, repeats: int = 3, seed: int = 0) -> TuneResult:
-    """Cross-validated weights: `repeats` times, the documents shuffled (from `seed`) and dealt into `folds`."""
+def tune(
+    rows: Sequence[Row], metrics: Sequence[str], current: dict[str, float], folds: int = 5, repeats: int = 3,
+    seed: int = 0,
+) -> TuneResult:  # fmt: skip
+    """Cross-validated weights: `repeats` times, the documents shuffled (from `seed`) and dealt into `folds`; judged
+    against `current`, the weights in use (those of `metrics`; equal weights where they give these metrics none).
+    It used to be equal weights over every metric computed, RT included, which the defaults are not (RT 0): a fold
+    whose fitted weights were the defaults showed a "gain" over them, and such a gain wrote weights."""
     by_doc: dict[str, list[Row]] = {}
     for row in rows:
         by_doc.setdefault(row.doc, []).append(row)
@@ -135,6 +142,8 @@ def tune(rows: Sequence[Row], metrics: Sequence[str], folds: int = 5, repeats: i
     k = min(folds, len(docs))
     candidates = grid(metrics)
     equal = dict.fromkeys(metrics, 1 / len(metrics))
+    total = sum(current.get(m, 0.0) for m in metrics)
+    baseline = {m: current.get(m, 0.0) / total for m in metrics} if total > 0 else equal
     results = []
     gains: dict[str, list[tuple[float, float]]] = {d: [] for d in docs}
     for repeat in range(repeats):
@@ -142,13 +151,13 @@ def tune(rows: Sequence[Row], metrics: Sequence[str], folds: int = 5, repeats: i
         rng.shuffle(order)
         for test in (tuple(sorted(order[i::k])) for i in range(k)):
             w = fit(by_doc, [d for d in docs if d not in test], candidates)
-            results.append(Fold(repeat, test, w, quality(by_doc, test, w), quality(by_doc, test, equal)))
+            results.append(Fold(repeat, test, w, quality(by_doc, test, w), quality(by_doc, test, baseline)))
             for d in test:
-                tuned, flat = quality(by_doc, [d], w), quality(by_doc, [d], equal)
+                tuned, flat = quality(by_doc, [d], w), quality(by_doc, [d], baseline)
                 gains[d].append((tuned[0] - flat[0], tuned[1] - flat[1]))
     doc_gains = {d: (statistics.fmean(g for g, _ in gs), statistics.fmean(m for _, m in gs)) for d, gs in gains.items()}
     fitted = fit(by_doc, docs, candidates)
-    named = {"equal": equal, "fitted": fitted}
+    named = {"current": baseline, "equal": equal, "fitted": fitted}
     if "rt" in metrics and len(metrics) > 1:
         named["paper (equal, no rt)"] = {m: 0.0 if m == "rt" else 1 / (len(metrics) - 1) for m in metrics}
     correlations = {name: (correlation(rows, w), within_correlation(by_doc, w)) for name, w in named.items()}
