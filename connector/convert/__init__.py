@@ -9,6 +9,7 @@ One module per input format; each produces Markdown (or keeps the user's text as
 What a file is comes from its bytes where they say it (`%PDF-`, a ZIP's parts, HTML's signatures, text that
 decodes), from its name otherwise: a `.txt` that holds a PDF is read as a PDF, a file with an unknown suffix is
 read as text when it is text, and anything else fails saying what it looks like. Bytes become text in `sniff.py`.
+A gzip file is read as what it holds, by the same rules, its name without `.gz` naming it (`bash.html.gz`: HTML).
 Anything the document itself is to blame for raises a `DocumentError` subclass with a message saying what.
 """
 
@@ -21,7 +22,7 @@ from connector.convert import epub, html, markdown, office, pdf, sniff, structur
 from connector.convert.sniff import decode
 from connector.errors import ConversionError, UnsupportedDocument
 from connector.models import Document
-from connector.settings import ChunkingSettings
+from connector.settings import ChunkingSettings, Settings
 from connector.visible import visible
 
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -29,6 +30,10 @@ PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentatio
 ODT = "application/vnd.oasis.opendocument.text"
 EPUB = "application/epub+zip"
 OCTET = "application/octet-stream"
+GZIP = ("application/gzip", "application/x-gzip")
+
+MAX_DOCUMENT_BYTES = int(Settings.model_fields["max_document_mb"].default * 1_000_000)
+"""The size limit a gzip file's content keeps to when the caller gives none: `max_document_mb`'s default."""
 
 MIME_BY_SUFFIX = {
     ".md": "text/markdown",
@@ -57,28 +62,35 @@ _TEXT_DIALECT = {"text/asciidoc": "asciidoc", "text/x-asciidoc": "asciidoc", "te
 
 
 def mime_for_path(path: str | PurePath) -> str:
-    """The MIME type a file's name suggests; `application/octet-stream` (decided by its bytes) when it says none."""
-    return MIME_BY_SUFFIX.get(PurePath(path).suffix.lower(), OCTET)
+    """The MIME type a file's name suggests; `application/octet-stream` (decided by its bytes) when it says none.
+    A gzipped file's is that of the name it has without `.gz`: `convert` reads what it holds."""
+    name = PurePath(path)
+    if name.suffix.lower() == ".gz":
+        name = name.with_suffix("")
+    return MIME_BY_SUFFIX.get(name.suffix.lower(), OCTET)
 
 
-def convert(data: bytes, mime_type: str, settings: ChunkingSettings) -> Document:
+def convert(data: bytes, mime_type: str, settings: ChunkingSettings, max_bytes: int = MAX_DOCUMENT_BYTES) -> Document:
     """`data` as a `Document`; `settings` give the token encoding (units, table splits), the table size limit and
-    whether navigation pages stay.
+    whether navigation pages stay; `max_bytes` (`Settings.max_document_bytes`) bounds what a gzip file holds.
 
     A file labelled PDF is opened as a PDF only when its bytes are one (`%PDF-` in the first 1024 bytes, as PDF
     readers accept): PyMuPDF would otherwise open HTML or text as a document of its own and render that. Anything
     else is sniffed: HTML goes to the HTML converter, text to the text converter, other bytes fail as "not a PDF
     (looks like ...)". A document nested too deeply for any converter fails as a `ConversionError`; no
     `RecursionError` escapes."""
+    labelled = (mime_type or "").split(";")[0].strip().lower()
+    if sniff.is_gzip(data):  # a gzip file is what it holds; its label names that (`mime_for_path`), or nothing
+        data = sniff.gunzip(data, max_bytes)
+        labelled = OCTET if labelled in GZIP else labelled
     try:
-        return _convert(data, mime_type, settings)
+        return _convert(data, labelled, settings)
     except RecursionError as exc:
         raise ConversionError("document is nested too deeply to convert (RecursionError)") from exc
 
 
-def _convert(data: bytes, mime_type: str, settings: ChunkingSettings) -> Document:
+def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document:
     tokens.forget()  # the texts counted while converting are this document's, not in the one primed before
-    labelled = (mime_type or "").split(";")[0].strip().lower()
     mime = sniff.container(data) or labelled  # a ZIP's parts or `%PDF-` say what it is, whatever its name
     if mime == "application/pdf" and not sniff.is_pdf(data):
         source = sniff.not_a_pdf(data)
@@ -136,7 +148,8 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         what = f"looks like {what}"
     label = "" if labelled in ("", OCTET) else f" {labelled!r}"
     raise UnsupportedDocument(
-        f"unsupported file type{label} ({what}); supported: PDF, DOCX, PPTX, ODT, EPUB, HTML, Markdown and any text"
+        f"unsupported file type{label} ({what}); supported: PDF, DOCX, PPTX, ODT, EPUB, HTML, Markdown and any text "
+        "(CSV too), each also gzipped"
     )
 
 

@@ -7,14 +7,22 @@ an HTML or XML page that is not UTF-8 is read in the charset it declares (`<meta
 and everything else must be UTF-8. No charset is guessed beyond that: a Latin-1 or Windows-1252 file fails as "not
 valid UTF-8", since a guess that is wrong for a short file stores mojibake that nobody sees, where a clear failure
 says what to fix. Control characters are dropped from the text (terminal escape sequences whole): they show
-nothing, and would reach a terminal that prints a search hit.
+nothing, and would reach a terminal that prints a search hit. NUL is one of them where text holds a few, alone (GNU
+info files mark their index nodes with `\0\b[index\0\b]`); more, or runs of them, make bytes binary data.
+
+A gzip file (most of /usr/share/doc: `changelog.gz`, `README.gz`, man pages) is read by what it holds, decompressed
+piece by piece and refused once past the document size limit (`gunzip`).
 """
 
 from __future__ import annotations
 
 import codecs
+import gzip
+import io
 import re
 import unicodedata
+import zipfile
+import zlib
 
 from connector.errors import ConversionError
 from connector.visible import visible
@@ -35,13 +43,17 @@ UTF16_MIN_NUL_SHARE = 0.7
 """BOM-less UTF-16: at least this share of code units must have a NUL high byte (Latin-script text)."""
 UTF16_MAX_OTHER_NUL_SHARE = 0.01
 """... and at most this share a NUL low byte (U+0100, U+4E00, ...): random binary has NULs at both."""
+TEXT_MAX_NUL_SHARE = 0.001
+"""Text may hold NULs, each alone, up to this share of its characters (bash.info: 10 in 570 KB); random bytes have
+0.4 %, and other binary data runs of them."""
 
 _MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "a PNG image"),
     (b"\xff\xd8\xff", "a JPEG image"),
     (b"GIF8", "a GIF image"),
-    (b"PK\x03\x04", "a ZIP archive (DOCX, ODT, EPUB, ...)"),
+    (b"PK\x03\x04", "a ZIP archive"),
     (b"\x1f\x8b", "a gzip file"),
+    (b"\xfd7zXZ\x00", "an xz file"),
     (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "a legacy Office document"),
     (b"%!PS", "a PostScript file"),
     (b"{\\rtf", "an RTF document"),
@@ -102,9 +114,6 @@ def container(data: bytes) -> str | None:
         return "application/pdf"
     if not data.startswith(b"PK\x03\x04"):
         return None
-    import io
-    import zipfile
-
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             names = set(z.namelist())
@@ -127,9 +136,6 @@ MAX_UNZIP_RATIO = 200  # real office files and e-books expand 3-20 times; a zip 
 def check_archive(data: bytes, what: str) -> None:
     """Refuse a ZIP package (DOCX, PPTX, ODT, EPUB) whose parts claim to expand beyond what any document does,
     before a library inflates it into memory."""
-    import io
-    import zipfile
-
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             total = sum(info.file_size for info in z.infolist())
@@ -142,8 +148,76 @@ def check_archive(data: bytes, what: str) -> None:
 
 
 def magic(data: bytes) -> str | None:
-    """What a file that is not text looks like ("a PNG image"), from its first bytes; None if nothing we know."""
-    return next((what for signature, what in _MAGIC if data.startswith(signature)), None)
+    """What a file that is not text looks like ("a PNG image"), from its first bytes (a ZIP archive: from what its
+    parts say); None if nothing we know."""
+    what = next((what for signature, what in _MAGIC if data.startswith(signature)), None)
+    if what == "a ZIP archive":
+        return _zip_kind(data)
+    if what is None and data[257:262] == b"ustar":  # POSIX tar's magic, after the first entry's name and mode
+        return "a tar archive"
+    return what
+
+
+SPREADSHEETS = "spreadsheets are not read, save it as CSV to have it read as text"
+
+# ZIP packages that no converter reads, by the OpenDocument `mimetype` entry or the content types of an OPC package.
+_ODF_KINDS = {
+    "application/vnd.oasis.opendocument.spreadsheet": f"an ODS spreadsheet; {SPREADSHEETS}",
+    "application/vnd.oasis.opendocument.presentation": "an ODP presentation; save it as PPTX or PDF",
+    "application/vnd.oasis.opendocument.graphics": "an ODG drawing; save it as PDF",
+}
+_OPC_KINDS = (
+    (b"spreadsheetml", f"an XLSX spreadsheet; {SPREADSHEETS}"),
+    (b"application/vnd.ms-excel", f"an Excel spreadsheet; {SPREADSHEETS}"),
+)
+_CONTENT_TYPES_WINDOW = 64 * 1024  # of `[Content_Types].xml`: a workbook's main part is declared in its first lines
+
+
+def _zip_kind(data: bytes) -> str:
+    """What a ZIP package that `container` did not take is: a spreadsheet, say, rather than "a ZIP archive"."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            names = set(z.namelist())
+            if "mimetype" in names:
+                with z.open("mimetype") as entry:
+                    declared = entry.read(100).decode("ascii", "replace").strip()
+                return _ODF_KINDS.get(declared, "a ZIP archive")
+            if "[Content_Types].xml" in names:
+                with z.open("[Content_Types].xml") as entry:
+                    types = entry.read(_CONTENT_TYPES_WINDOW)
+                return next((what for mark, what in _OPC_KINDS if mark in types), "a ZIP archive")
+    except Exception:  # damaged, encrypted, exotic: as in `container`
+        return "a ZIP archive"
+    return "a ZIP archive"
+
+
+def is_gzip(data: bytes) -> bool:
+    return data.startswith(b"\x1f\x8b")
+
+
+GUNZIP_STEP = 1 << 20
+"""Bytes decompressed at a time: a gzip bomb is refused after at most this much past the limit."""
+
+
+def gunzip(data: bytes, max_bytes: int) -> bytes:
+    """What a gzip file holds (every member, as `gzip -d` reads them), decompressed a piece at a time and refused
+    as "too large" once past `max_bytes`, the size limit of a document: a gzip bomb (a gigabyte of zeros packs into
+    a megabyte) fails before it fills memory."""
+    pieces: list[bytes] = []
+    size = 0
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            while piece := f.read(GUNZIP_STEP):
+                size += len(piece)
+                if size > max_bytes:
+                    raise ConversionError(
+                        f"document too large: the gzip file decompresses to more than {max_bytes / 1e6:g} MB "
+                        f"(limit {max_bytes / 1e6:g} MB)"
+                    )
+                pieces.append(piece)
+    except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError; EOFError: cut short
+        raise ConversionError(f"not a readable gzip file ({type(exc).__name__}: {exc})") from exc
+    return b"".join(pieces)
 
 
 def is_pdf(data: bytes) -> bool:
@@ -158,9 +232,8 @@ def not_a_pdf(data: bytes) -> str:
     """Text of a file labelled PDF that is not one; raises `ConversionError` naming what it looks like instead."""
     if not data.strip():
         raise ConversionError("not a PDF (looks like an empty file)")
-    for magic, what in _MAGIC:
-        if data.startswith(magic):
-            raise ConversionError(f"not a PDF (looks like {what})")
+    if (what := magic(data)) is not None:
+        raise ConversionError(f"not a PDF (looks like {what})")
     try:
         return decode(data)
     except BinaryData as exc:
@@ -181,13 +254,21 @@ def decode(data: bytes) -> str:
     try:
         source = data[skip:].decode(codec)
     except UnicodeDecodeError as exc:
+        if codec == "utf-8" and not skip and b"\x00" in data:  # stray NULs let it be tried as text: it is not
+            raise BinaryData() from exc
         name = codec.upper().removesuffix("-LE").removesuffix("-BE")
         raise ConversionError(
             f"not valid {name} text (byte {data[skip + exc.start]:#04x} at offset {skip + exc.start})"
         ) from exc
-    if "\x00" in source:
+    if "\x00" in source and not _stray_nuls(source):
         raise BinaryData()
-    return _text(source)
+    return _text(source)  # stray NULs are dropped there, with the other control characters
+
+
+def _stray_nuls(text: str | bytes) -> bool:
+    """Whether the NULs in `text` are few (`TEXT_MAX_NUL_SHARE`) and each alone, as in a GNU info file."""
+    nul = "\x00" if isinstance(text, str) else b"\x00"
+    return text.count(nul) <= TEXT_MAX_NUL_SHARE * len(text) and nul * 2 not in text
 
 
 # A charset an HTML or XML document declares in its first 1024 bytes (HTML's prescan window): `<meta charset=…>`,
@@ -253,6 +334,8 @@ def _codec(data: bytes) -> tuple[str, int]:
         return "utf-8", 0
     if (codec := _utf16_without_bom(data)) is not None:
         return codec, 0
+    if _stray_nuls(data):
+        return "utf-8", 0
     raise BinaryData()
 
 

@@ -1,0 +1,111 @@
+"""What a file is, from its bytes: gzip files read as what they hold (and refused past the size limit, however far
+they would expand), text with a few stray NULs read as text, spreadsheets and archives named for what they are."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+import tracemalloc
+import zipfile
+
+import pytest
+
+from connector.convert import convert, mime_for_path
+from connector.errors import ConversionError, UnsupportedDocument
+from connector.settings import ChunkingSettings
+from tests.conftest import FIXTURES
+
+SETTINGS = ChunkingSettings()
+TEXT = (FIXTURES / "apache-2.0.txt").read_text(encoding="utf-8")
+SUPPORTED = "supported: PDF, DOCX, PPTX, ODT, EPUB, HTML, Markdown and any text (CSV too), each also gzipped"
+
+
+def _zip(entries: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+def _gzip_of_zeros(size: int) -> bytes:
+    out = io.BytesIO()
+    zeros = bytes(1 << 20)
+    with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=1, mtime=0) as f:
+        for _ in range(size >> 20):
+            f.write(zeros)
+    return out.getvalue()
+
+
+def test_a_gzip_file_is_read_as_what_it_holds() -> None:
+    """`README.gz`, `NEWS.gz`, `changelog.gz`: what most of /usr/share/doc is, all refused as "a gzip file"."""
+    assert convert(gzip.compress(TEXT.encode()), mime_for_path("README.gz"), SETTINGS).markdown == TEXT
+    page = b"<html><head><title>Notes</title></head><body><h1>Notes</h1><p>Gzipped page.</p></body></html>"
+    d = convert(gzip.compress(page), mime_for_path("notes.html.gz"), SETTINGS)
+    assert d.markdown == "# Notes\n\nGzipped page.\n" and d.title == "Notes"
+    two_members = gzip.compress(TEXT[:5000].encode()) + gzip.compress(TEXT[5000:].encode())  # as `cat a.gz b.gz`
+    assert convert(two_members, "application/gzip", SETTINGS).markdown == TEXT
+
+
+def test_a_gzip_bomb_is_refused_past_the_size_limit_without_filling_memory() -> None:
+    bomb = _gzip_of_zeros(256 << 20)  # 256 MiB of zeros in 250 KB
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConversionError, match=r"^document too large: the gzip file decompresses to more than 2 MB"):
+            convert(bomb, mime_for_path("bomb.txt.gz"), SETTINGS, max_bytes=2_000_000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{peak / 2**20:.0f} MiB held while decompressing"
+    with pytest.raises(ConversionError, match=r"not a readable gzip file \(EOFError"):
+        convert(gzip.compress(TEXT.encode())[:-100], "text/plain", SETTINGS)
+
+
+def test_text_with_a_few_stray_nuls_is_text_and_binary_data_is_not() -> None:
+    """GNU info files mark index nodes with `\\0\\b[index\\0\\b]`: bash.info failed as binary data for ten NULs."""
+    marked = TEXT.replace("Definitions.", "\x00\x08[index\x00\x08]\nDefinitions.", 1)
+    assert convert(marked.encode(), "application/octet-stream", SETTINGS).markdown == TEXT.replace(
+        "Definitions.", "[index]\nDefinitions.", 1
+    )
+    for binary in (TEXT.encode() + b"\x00\x00" + TEXT.encode(), (TEXT[:500] + "\x00").encode() * 4):
+        with pytest.raises(ConversionError, match="NUL bytes"):
+            convert(binary, "text/plain", SETTINGS)
+
+
+CONTENT_TYPES = (
+    b'<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+    b'<Override PartName="/xl/workbook.xml" '
+    b'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/></Types>'
+)
+
+
+@pytest.mark.parametrize(
+    ("data", "what"),
+    [
+        (_zip({"[Content_Types].xml": CONTENT_TYPES, "xl/workbook.xml": b"<workbook/>"}), "an XLSX spreadsheet"),
+        (_zip({"mimetype": b"application/vnd.oasis.opendocument.spreadsheet", "content.xml": b"<x/>"}),
+         "an ODS spreadsheet"),
+    ],
+    ids=["xlsx", "ods"],
+)  # fmt: skip
+def test_a_spreadsheet_fails_saying_it_is_one_and_that_csv_is_read(data: bytes, what: str) -> None:
+    """They failed as "a ZIP archive (DOCX, ODT, EPUB, ...)", then "supported: ... DOCX, ODT, EPUB"."""
+    with pytest.raises(UnsupportedDocument) as caught:
+        convert(data, mime_for_path("book.xlsx"), SETTINGS)
+    assert str(caught.value) == (
+        f"unsupported file type (looks like {what}; spreadsheets are not read, save it as CSV to have it read as "
+        f"text); {SUPPORTED}"
+    )
+    with pytest.raises(ConversionError, match=f"^not a PDF \\(looks like {what}; spreadsheets are not read"):
+        convert(data, "application/pdf", SETTINGS)
+
+
+def test_a_gzipped_tar_archive_fails_as_a_tar_archive() -> None:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        info = tarfile.TarInfo("README")
+        info.size = len(TEXT.encode())
+        tar.addfile(info, io.BytesIO(TEXT.encode()))
+    with pytest.raises(UnsupportedDocument, match=r"^unsupported file type \(looks like a tar archive\); supported"):
+        convert(out.getvalue(), mime_for_path("docs.tar.gz"), SETTINGS)
