@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import re
 import subprocess
 from pathlib import Path
@@ -52,7 +53,8 @@ def mostly_navigation(text: str) -> bool:
 def test_every_real_document_converts_with_exact_offsets(name: str) -> None:
     d = doc(name)
     assert_tiles(d)
-    untitled = {"officer-table-complex.docx", "beamer-userguide-index-p226-p227.pdf"}  # no metadata, no heading left
+    # No metadata, no heading left; an info file's title is its first node's, which plain text does not mark.
+    untitled = {"officer-table-complex.docx", "beamer-userguide-index-p226-p227.pdf", "bash.info.gz"}
     assert d.title or name in untitled, "the others say what they are called"
     if d.page_starts:
         assert list(d.page_starts) == sorted(d.page_starts) and d.page_starts[-1] <= len(d.markdown)
@@ -316,3 +318,104 @@ def test_a_scanned_page_is_read_by_ocr_and_fails_clearly_without_it() -> None:
         doc("scanned-lppl-p1.pdf", ocr=False)
     with pytest.raises(ConversionError, match="OCR failed"):
         doc("scanned-lppl-p1.pdf", ocr_language="xx-not-installed")
+
+
+# --- HTML that omits end tags, sqlite.org and Sphinx pages, gzipped files (/usr/share/doc) ----------------------------
+
+BASH_HEADINGS = [
+    "BASH", "NAME", "SYNOPSIS", "COPYRIGHT", "DESCRIPTION", "OPTIONS", "ARGUMENTS", "INVOCATION", "DEFINITIONS",
+    "RESERVED WORDS", "SHELL GRAMMAR", "Simple Commands", "Pipelines", "Lists", "Compound Commands", "Coprocesses",
+    "Shell Function Definitions", "COMMENTS", "QUOTING", "PARAMETERS", "Positional Parameters", "Special Parameters",
+    "Shell Variables", "Arrays", "EXPANSION", "Brace Expansion", "Tilde Expansion", "Parameter Expansion",
+    "Command Substitution", "Arithmetic Expansion", "Process Substitution", "Word Splitting", "Pathname Expansion",
+    "Quote Removal", "REDIRECTION", "Redirecting Input", "Redirecting Output", "Appending Redirected Output",
+    "Redirecting Standard Output and Standard Error", "Appending Standard Output and Standard Error",
+    "Here Documents", "Here Strings", "Duplicating File Descriptors", "Moving File Descriptors",
+    "Opening File Descriptors for Reading and Writing", "ALIASES", "FUNCTIONS", "ARITHMETIC EVALUATION",
+    "CONDITIONAL EXPRESSIONS", "SIMPLE COMMAND EXPANSION", "COMMAND EXECUTION", "COMMAND EXECUTION ENVIRONMENT",
+    "ENVIRONMENT", "EXIT STATUS", "SIGNALS", "JOB CONTROL", "PROMPTING", "READLINE", "Readline Notation",
+    "Readline Initialization", "Readline Key Bindings", "Readline Variables", "Readline Conditional Constructs",
+    "Searching", "Readline Command Names", "Commands for Moving", "Commands for Manipulating the History",
+    "Commands for Changing Text", "Killing and Yanking", "Numeric Arguments", "Completing", "Keyboard Macros",
+    "Miscellaneous", "Programmable Completion", "HISTORY", "HISTORY EXPANSION", "Event Designators",
+    "Word Designators", "Modifiers", "SHELL BUILTIN COMMANDS", "SHELL COMPATIBILITY MODE", "RESTRICTED SHELL",
+    "SEE ALSO", "FILES", "AUTHORS", "BUG REPORTS", "BUGS", "Index",
+]  # fmt: skip
+
+
+def test_a_man2html_page_that_omits_end_tags_keeps_every_heading_and_its_markup() -> None:
+    """man2html never writes `</dt>` or `</dd>`: Python's html.parser nested the page 546 levels deep, and past
+    `MAX_DEPTH` it came out flat: 29 of its 88 headings, none after "Command Substitution", no bold, no links, and
+    "Shell Variables" one line of 17,931 characters. Its CGI header and `<title>` were its first paragraphs."""
+    page = gzip.decompress((REAL / "bash.html.gz").read_bytes())
+    d = convert(page, "text/html", CHUNKING)
+    assert headings(d) == BASH_HEADINGS
+    assert d.title == "Man page of BASH"
+    assert d.markdown.startswith("# BASH\n\nSection: User Commands (1)")  # no "Content-type:", no title
+    assert max(map(len, d.markdown.splitlines())) < 200
+    variables = d.markdown[d.markdown.index("### Shell Variables") : d.markdown.index("### Arrays")]
+    assert "\n**BASHPID**\n" in variables and "\n**BASH\\_VERSINFO**\n" in variables, "each variable a bold term"
+    assert "[Command Substitution](#lbBC)" in d.markdown, "links kept"
+
+
+def test_gzipped_files_read_as_what_they_hold_named_by_the_name_inside() -> None:
+    """Most of /usr/share/doc is gzipped (`changelog.html.gz`, info manuals, man pages): all failed as "a gzip
+    file". The name without `.gz` says what the content is, its bytes what they say, as for any file."""
+    assert mime_for_path("sqlite-changelog.html.gz") == "text/html"
+    assert mime_for_path("bash.info.gz") == "application/octet-stream"
+    bash = doc("bash.html.gz")
+    assert headings(bash) == BASH_HEADINGS
+    assert bash == convert(gzip.decompress((REAL / "bash.html.gz").read_bytes()), "text/html", CHUNKING)
+    info = doc("bash.info.gz")  # texinfo's `\0\b[index\0\b]` marks: ten NULs in 570 KB of text
+    assert info.markdown.startswith("This is bash.info, produced by makeinfo version 6.8 from bashref.texi.\n")
+    assert "\x00" not in info.markdown and "\b" not in info.markdown and "\n[index]\n" in info.markdown
+    assert {"1 Introduction", "3.5.4 Command Substitution", "D.5 Concept Index"} <= set(headings(info))
+
+
+def test_an_html_list_without_end_tags_is_one_item_a_line() -> None:
+    """sqlite.org writes `<li>` without `</li>`: every item ran on into the next, each release's notes one line."""
+    d = doc("sqlite-changelog.html.gz")
+    assert d.title == "Release History Of SQLite"
+    found = headings(d)
+    assert len(found) == 357 and found[:3] == ["Release History", "2022-12-28 (3.40.1)", "2022-11-16 (3.40.0)"]
+    assert found[-1] == "2000-05-29"
+    lines = d.markdown.splitlines()
+    assert "2. Fix a potential infinite loop in the [memsys5](malloc.html#memsys5) alternative memory allocator. " \
+        "This" in lines  # fmt: skip
+    assert "3. Various other obscure fixes." in lines
+    assert max(map(len, lines)) < 250
+
+
+SQLITE_CHROME = ("Small. Fast. Reliable.", "Choose any three.", "[Home](index.html)", "[Purchase](prosupport.html)",
+                 "Search Documentation", "sqlite370_banner.gif", "Other Documentation Indexes")  # fmt: skip
+
+
+def test_sqlite_pages_keep_their_text_without_the_site_and_superscripts_stay_numbers() -> None:
+    """sqlite.org's banner ("Small. Fast. Reliable. Choose any three."), menus (class `menu`) and sidebar were
+    indexed with every page; `2<sup>31</sup>-1` came out as "231-1", another number."""
+    limits = doc("sqlite-limits.html")
+    assert limits.markdown.startswith("## Limits In SQLite\n")
+    assert "length up to 2^31-1 or 2147483647" in limits.markdown
+    assert "\n    2^64 (18446744073709551616" in limits.markdown
+    assert "231-1" not in limits.markdown
+    index = doc("sqlite-keyword_index.html.gz")
+    assert headings(index) == ["Keyword Index"], "`<h2>Keyword Index</h1>` ends before the list it ran into"
+    assert "- [ACID](transactional.html)" in index.markdown.splitlines()
+    assert max(map(len, index.markdown.splitlines())) < 200
+    for page in (limits, index, doc("sqlite-changelog.html.gz")):
+        for chrome in SQLITE_CHROME:
+            assert chrome not in page.markdown, chrome
+
+
+def _table_rows(markdown: str) -> list[str]:
+    return [line.strip() for line in markdown.splitlines() if line.strip().startswith("|")]
+
+
+def test_sphinx_tables_escape_pipes_and_keep_a_cell_under_a_rowspan() -> None:
+    """Python's docs: `a | b` in a cell made an extra column; the row below a `rowspan` cell lost its first column."""
+    rows = _table_rows(doc("python-operator.html").markdown)
+    assert "| Bitwise Or | `a \\| b` | `or_(a, b)` |" in rows
+    assert {len(re.findall(r"(?<!\\)\|", row)) for row in rows} == {4}, "three columns in every row"
+    rows = _table_rows(doc("python-c-api-apiabiversion.html").markdown)
+    assert rows[-2:] == ["| 4 | 25-28 | `PY_RELEASE_LEVEL` | `0xA` |", "|  | 29-32 | `PY_RELEASE_SERIAL` | `0x2` |"]
+    assert {row.count("|") for row in rows} == {5}

@@ -4,6 +4,11 @@ markdownify walks the tree recursively, three Python frames per level, so a page
 (100,000 `<div>`s, say) would end in a `RecursionError`. Below `MAX_DEPTH` the tree is converted as it is; an element
 at that depth with deeper markup keeps only its text, one paragraph per block-level element inside it. No real page
 nests that deep: what is lost there is formatting, never text.
+
+Pages are parsed by lxml (libxml2's HTML parser), which closes the elements whose end tags HTML lets a page leave
+out (`<p>`, `<li>`, `<dt>`, `<dd>`, `<td>`, ...). Python's `html.parser` closes none: a man2html page, which never
+writes `</dd>`, nested 546 levels deep and came out flattened past `MAX_DEPTH`, and every `<li>` of a menu ran on
+into the next.
 """
 
 from __future__ import annotations
@@ -14,12 +19,17 @@ from dataclasses import dataclass
 from bs4 import BeautifulSoup, NavigableString, Tag
 from markdownify import MarkdownConverter
 
+from connector.convert import html_tables
 from connector.visible import visible
 
 _BLANK_RUNS = re.compile(r"\n{3,}")
 
 MAX_DEPTH = 100
 """Element depth converted with its markup; deeper content is flattened to paragraphs of text."""
+HEADING_MAX_CHARS = 150
+"""A heading element with more text than this is converted as a paragraph, as a PDF's large text is a heading only up
+to this length (`pdf._is_heading`): a real title is short, and a long one is markup gone wrong (sqlite's
+`<h2>Keyword Index</h1>` runs on to the end of the page)."""
 
 _BLOCKS = frozenset({
     "address", "article", "aside", "blockquote", "br", "dd", "details", "dialog", "div", "dl", "dt", "fieldset",
@@ -30,15 +40,19 @@ _BLOCKS = frozenset({
 
 
 # Page chrome: navigation, banners, footers, sidebars, search boxes, "skip to content" links, and the themes' own
-# names for them (Sphinx: related, sphinxsidebar, footer; MkDocs/Read the Docs: wy-nav-*, md-sidebar, md-header).
+# names for them (Sphinx: related, sphinxsidebar, footer; MkDocs/Read the Docs: wy-nav-*, md-sidebar, md-header;
+# sqlite.org: logo, tagline, menu mainmenu / submenu / searchmenu, rightsidebar). Menus by a class that ends in
+# "menu" only: Sphinx's `menuselection` is the text of a menu path in the prose.
 _CHROME_TAGS = ["nav", "header", "footer", "aside", "form", "button", "dialog"]
 _CHROME_ROLES = re.compile(r"^(?:navigation|banner|contentinfo|complementary|search|menu|menubar|toolbar)$", re.I)
 _CHROME_CLASS = re.compile(
     r"^(?:related|sphinxsidebar\w*|footer|nav\w*|breadcrumbs?|wy-nav-\w+|rst-versions|"
-    r"md-(?:header|footer|sidebar|tabs|search)\w*|sidebar\w*|skip-?link|cookie\w*|site-(?:header|footer|nav))$",
+    r"md-(?:header|footer|sidebar|tabs|search)\w*|(?:left|right)?sidebar\w*|skip-?link|cookie\w*|"
+    r"site-(?:header|footer|nav)|[\w-]*menu|logo|tagline)$",
     re.I,
 )
-_TOC_CLASS = re.compile(r"^(?:toc|contents|localtoc|toctree-wrapper)$", re.I)  # a list of links, not a table
+# A list of links, not a table; sqlite.org's is `fancy_toc`.
+_TOC_CLASS = re.compile(r"^(?:toc|contents|localtoc|toctree-wrapper|fancy[_-]toc)$", re.I)
 # Permalink anchors next to headings: Sphinx's "¶", MkDocs's "#", GitHub's and Docusaurus's hash links.
 _PERMALINK_CLASS = re.compile(r"^(?:headerlink|anchor(?:link|js-link)?|hash-link|permalink|header-anchor)$", re.I)
 _PERMALINK_TEXT = frozenset({"¶", "#", "🔗", "⚓"})  # not "§": "see § 5" links are text
@@ -62,17 +76,73 @@ def convert(html: str) -> Page:
 
 
 def _convert(html: str, drop_chrome: bool) -> Page:
-    soup = BeautifulSoup(html, "html.parser")
+    soup = BeautifulSoup(_PROLOGUE.sub("", html, count=1), "lxml")
     title = _title(soup)
-    for tag in soup(["head", "script", "style", "noscript", "template", "svg"]):
+    # A `<title>` outside `<head>` too: text before `<html>` puts the whole page in the body.
+    for tag in soup(["head", "title", "script", "style", "noscript", "template", "svg"]):
         tag.decompose()
     body = _main(soup) if drop_chrome else soup.body or soup
     if drop_chrome:
         _drop_chrome(body)
+    _end_headings(soup, body)
+    html_tables.prepare(soup, body)
     _limit_depth(soup, body)
-    text = MarkdownConverter(heading_style="ATX", bullets="-", escape_misc=False).convert_soup(body)
+    text = _Converter(heading_style="ATX", bullets="-", escape_misc=False).convert_soup(body)
     # No-break spaces become plain ones: people search with spaces (and embedders see them differently).
     return Page(_BLANK_RUNS.sub("\n\n", text.replace("\xa0", " ")).strip() + "\n", title)
+
+
+# What comes before the markup: the HTTP header that a CGI program such as man2html writes before its page (saved
+# with it, it was the page's first paragraph), and an XML declaration. XHTML (EPUB chapters) is read by the HTML
+# parser on purpose, since it converts the same and a page that claims to be XML need not be well-formed; without
+# its declaration Beautiful Soup does not warn that it looks like XML.
+_PROLOGUE = re.compile(r"\A\s*(?:Content-type:[^\n]*\n\s*?\n)?\s*(?:<\?xml[^>]*>)?", re.I)
+
+
+class _Converter(MarkdownConverter):
+    """markdownify, with text that stays searchable and tables and code blocks that stay whole."""
+
+    def convert_sup(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        return _script("^", el, text, parent_tags)
+
+    def convert_sub(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        return _script("_", el, text, parent_tags)
+
+    def convert_td(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        return super().convert_td(el, _escape_pipes(text), parent_tags)
+
+    def convert_th(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        return super().convert_th(el, _escape_pipes(text), parent_tags)
+
+    def convert_pre(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        block = super().convert_pre(el, text, parent_tags)
+        longest = max(map(len, _BACKTICKS.findall(text)), default=0)
+        if longest < 3 or not (block.startswith("\n\n```") and block.endswith("```\n\n")):
+            return block
+        fence = "`" * (longest + 1)  # a fence closes only on a run of backticks at least as long (CommonMark)
+        return f"\n\n{fence}{block[5:-5]}{fence}\n\n"
+
+
+_BACKTICKS = re.compile(r"`{3,}")
+_SCRIPT_WORD = re.compile(r"[-+−]?\w+|\[\w+\]")
+
+
+def _script(mark: str, el: Tag, text: str, parent_tags: set[str]) -> str:
+    """A superscript or subscript written as `^` or `_` and its text, as in TeX and calculators: `2<sup>64</sup>`
+    is `2^64`, `10<sup>-7</sup>` `10^-7`, `H<sub>2</sub>O` `H_2O` (plain text said "264" and "H2O": other numbers).
+    More than one word or sign goes in parentheses, so that `2^(n+1)` is not read as `2^n + 1`. Not `~` for
+    subscripts: GitHub renders `~text~` struck through."""
+    if "_noformat" in parent_tags:
+        return text
+    text = text.strip()
+    if not text:
+        return ""
+    return mark + (text if _SCRIPT_WORD.fullmatch(el.get_text().strip()) else f"({text})")
+
+
+def _escape_pipes(text: str) -> str:
+    """A cell's text with `|` escaped, as GFM tables need (in code spans too): `x | y` made an extra column."""
+    return text.replace("|", "\\|")
 
 
 def _title(soup: BeautifulSoup) -> str | None:
@@ -133,6 +203,45 @@ def _permalink(tag: Tag) -> bool:
         return True
     in_heading = tag.parent is not None and tag.parent.name in ("h1", "h2", "h3", "h4", "h5", "h6")
     return not text and in_heading and str(tag.get("href") or "").startswith("#")
+
+
+_INNER_BLOCKS = _BLOCKS - {"br"}  # a `<br>` in a heading is a line of the heading
+HEADING_MAX_INLINE_NODES = 1000
+"""A heading holding a block keeps at most this many nodes before it as its text: moving more out would take time
+quadratic in them (a hostile page), and no title is that long."""
+
+
+def _end_headings(soup: BeautifulSoup, root: Tag) -> None:
+    """End every heading under `root` before the first block it holds (an `<h2>` closed by `</h1>` holds the rest of
+    the page: the parser ignores an end tag that does not match), and make one longer than `HEADING_MAX_CHARS` a
+    paragraph. A heading that holds a block becomes a `<div>` that starts with a heading of what came before it."""
+    holders = _block_holders(root)
+    for heading in root.find_all(_HEADING):
+        first = next((i for i, child in enumerate(heading.contents) if id(child) in holders), None)
+        if first is not None:
+            inline = heading.contents[:first] if first <= HEADING_MAX_INLINE_NODES else []
+            title = soup.new_tag(heading.name)
+            title.extend([child.extract() for child in inline])
+            heading.name = "div"
+            heading.insert(0, title)
+            heading = title
+        if len(" ".join(heading.get_text(" ").split())) > HEADING_MAX_CHARS:
+            heading.name = "p"
+
+
+def _block_holders(root: Tag) -> set[int]:
+    """The ids of the elements under `root` that are blocks or hold one: one walk, children before parents."""
+    holders: set[int] = set()
+    order: list[Tag] = []
+    stack = [root]
+    while stack:
+        tag = stack.pop()
+        order.append(tag)
+        stack.extend(child for child in tag.contents if isinstance(child, Tag))
+    for tag in reversed(order):  # every child comes after its parent in `order`
+        if tag.name in _INNER_BLOCKS or any(id(child) in holders for child in tag.contents):
+            holders.add(id(tag))
+    return holders
 
 
 def _limit_depth(soup: BeautifulSoup, root: Tag) -> None:
