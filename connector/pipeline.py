@@ -62,7 +62,7 @@ class Chooser:
         """Every stage up to the winner: convert, candidates and guards, metrics, selection."""
         timer = Timer()
         with timer("convert"), logs.about(source.id, source.source_key):
-            document = convert(source.data, source.mime_type, self.settings.chunking)
+            document = convert(source.data, source.mime_type, self.settings.chunking, self.settings.max_document_bytes)
         pool = candidates.generate(document, self.chunkers, self.settings.chunking, timer, self.parallel)
         scored = metrics.score_all(document, pool, self.settings, self.resources, timer)
         with timer("select"):

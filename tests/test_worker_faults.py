@@ -401,3 +401,20 @@ def test_a_row_another_session_keeps_locked_stalls_neither_the_heartbeat_nor_the
         assert conn.execute("SELECT current_setting('lock_timeout')").fetchone() == ("0",), "not left set"
         assert queries.LOCK_WAIT == "5s"
         assert_consistent(conn)
+
+
+def test_the_size_limit_bounds_what_a_gzip_row_holds(settings: Settings) -> None:
+    """A gzipped document is read as what it holds; CONNECTOR_MAX_DOCUMENT_MB bounds the decompressed bytes too (a
+    3 KB gzip of 3 MB must not get past a 1 MB limit), as it bounds a file or a row."""
+    import gzip
+
+    settings = settings.model_copy(update={"max_document_mb": 1.0})
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        for key, body in (("bomb", b"word " * 600_000), ("small", _text(1).encode())):
+            conn.execute("INSERT INTO connector.documents (source_key, content_bytes) VALUES (%s, %s)",
+                         (key, gzip.compress(body)))  # fmt: skip
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [])
+        assert worker.drain(threading.Event()) == 2
+        rows = dict(conn.execute("SELECT source_key, coalesce(last_error, status) FROM connector.documents"))
+    assert rows == {"bomb": "document too large: the gzip file decompresses to more than 1 MB (limit 1 MB)",
+                    "small": "done"}  # fmt: skip

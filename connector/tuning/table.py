@@ -71,7 +71,7 @@ def build(
     for source in sources:
         progress(source.name)
         try:
-            document = convert(source.data, source.mime_type, settings.chunking)
+            document = convert(source.data, source.mime_type, settings.chunking, settings.max_document_bytes)
             pool_of = candidates.generate(document, pool, settings.chunking)
             scored = metrics.score_all(document, pool_of, scoring, resources)
             today = choose([replace(s, score=metrics.weighted_score(s.metrics, settings.weights)) for s in scored])
