@@ -60,6 +60,7 @@ def test_every_real_document_converts_with_exact_offsets(name: str) -> None:
         assert list(d.page_starts) == sorted(d.page_starts) and d.page_starts[-1] <= len(d.markdown)
         assert all(b.page is not None and 1 <= b.page <= len(d.page_starts) for b in d.blocks)
     assert not [p for b in d.blocks for p in b.section_path if "¶" in p], "no permalink anchors in section paths"
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", d.markdown), "no control character (nor an internal marker)"
 
 
 def test_two_column_paper_reads_column_by_column() -> None:
@@ -419,3 +420,16 @@ def test_sphinx_tables_escape_pipes_and_keep_a_cell_under_a_rowspan() -> None:
     rows = _table_rows(doc("python-c-api-apiabiversion.html").markdown)
     assert rows[-2:] == ["| 4 | 25-28 | `PY_RELEASE_LEVEL` | `0xA` |", "|  | 29-32 | `PY_RELEASE_SERIAL` | `0x2` |"]
     assert {row.count("|") for row in rows} == {5}
+
+
+def test_a_hyphen_that_ends_a_line_stays_where_the_document_writes_the_word_with_it() -> None:
+    """ "Debian-specific" broken after its hyphen became "Debianspecific" (bash's manual: "shell-backwardword",
+    Octave's: "octfile"); words that only the line broke still join."""
+    from connector.convert.pdf import clean, dehyphenate
+
+    data = (FIXTURES / "debian-policy-p28-35.pdf").read_bytes()
+    markdown = convert(data, "application/pdf", CHUNKING).markdown
+    assert re.findall(r"\w*debian-?specific\w*", markdown, re.IGNORECASE) == ["Debian-specific"] * 4
+    pages = [[clean("moves with shell-backward-\nword or the docu-\nment's oct-\nfile, an inter-\nesting case")],
+             ["shell-backward-word, an oct-file, another oct-file; octfile once"]]  # fmt: skip
+    assert dehyphenate(pages)[0] == ["moves with shell-backward-word or the document's oct-file, an interesting case"]

@@ -38,6 +38,15 @@ SHORT_CHARS = 120
 
 _LIGATURES = str.maketrans({"ﬀ": "ff", "ﬁ": "fi", "ﬂ": "fl", "ﬃ": "ffi", "ﬄ": "ffl", "ﬅ": "st", "ﬆ": "st"})
 _HYPHENATED = re.compile(r"(?<=[^\W\d_])-\n(?=[a-z])")
+# Where `clean` took out a hyphen that ended a line before a lowercase letter: `dehyphenate` decides, seeing the
+# whole document, whether it split a word ("docu-ment") or was the word's own ("shell-backward-word"). A control
+# character: `clean` has dropped every one the PDF held before it writes this one.
+_BREAK = "\x02"  # and not whitespace: str.split() takes \x1c-\x1f for spaces
+_LETTERS = r"[^\W\d_]+"
+_START = r"(?<![^\W\d_])(?<!-)"  # where a word starts: tried inside a long run of letters, a pattern is quadratic
+_BROKEN = re.compile(rf"{_START}({_LETTERS}(?:-{_LETTERS})*){_BREAK}({_LETTERS}(?:-{_LETTERS})*)")
+_COMPOUND = re.compile(rf"{_START}{_LETTERS}(?:-{_LETTERS})+")
+_WORD = re.compile(_LETTERS)
 _PAGE_NUMBER = re.compile(r"^\s*(?:page\s+)?(?:\d{1,4}|[ivxlcdm]{1,6})(?:\s*(?:/|of)\s*\d{1,4})?\s*$", re.IGNORECASE)
 _DIGITS = re.compile(r"\d+")
 _NUMBERED = re.compile(r"^\s*(?:\d{1,4}|[ivxlcdm]{1,6})\b|\b(?:\d{1,4}|[ivxlcdm]{1,6})\s*$", re.IGNORECASE)
@@ -120,7 +129,7 @@ def convert(data: bytes, settings: ChunkingSettings) -> Document:
         pages = slides.frame_titles(remove_furniture(slides.collapse_overlays(pages), slides.REPEAT_SHARE))
     else:
         pages = remove_furniture(pages, REPEAT_SHARE)
-    texts = render(pages, body_size(pages))
+    texts = dehyphenate(render(pages, body_size(pages)))
     parts: list[str] = []
     page_starts: list[int] = []
     offset = 0
@@ -337,7 +346,30 @@ def clean(text: str) -> str:
     # NFKC would also fold ligatures, but it rewrites too much (superscripts, fractions): NFC plus a ligature map.
     text = unicodedata.normalize("NFC", text).translate(_LIGATURES)
     text = "\n".join(line.rstrip() for line in text.strip().splitlines())
-    return _HYPHENATED.sub("", text)
+    return _HYPHENATED.sub(_BREAK, text)
+
+
+def dehyphenate(texts: list[list[str]]) -> list[list[str]]:
+    """The paragraphs with each hyphen `clean` took out at a line's end put back where the document writes that
+    word with a hyphen (inside a line) more often than without: "shell-backward-word" or "oct-file" broken across
+    lines became "shell-backwardword" and "octfile" (11 such in bash's manual, 39 in Octave's); "docu-ment" still
+    joins into "document"."""
+    whole = "\n".join(p for page in texts for p in page)
+    if _BREAK not in whole:
+        return texts
+    written = _BROKEN.sub(" ", whole)  # the document's words as its lines write them
+    compounds = Counter(m.lower() for m in _COMPOUND.findall(written))
+    words = Counter(m.lower() for m in _WORD.findall(written))
+
+    def join(m: re.Match) -> str:
+        left, right = m.group(1), m.group(2)
+        hyphenated = compounds[f"{left}-{right}".lower()] > words[f"{left}{right}".lower()]
+        return f"{left}-{right}" if hyphenated else left + right
+
+    def fixed(text: str) -> str:
+        return _BROKEN.sub(join, text).replace(_BREAK, "") if _BREAK in text else text
+
+    return [[fixed(p) for p in page] for page in texts]
 
 
 def remove_furniture(pages: list[list[Para]], repeat_share: float) -> list[list[Para]]:
