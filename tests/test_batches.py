@@ -438,3 +438,17 @@ def test_a_worker_back_from_an_outage_takes_the_other_replicas_expired_rows_with
         back.forgive_abandoned_until = time.monotonic()
         [row] = back.store.claim_batch(60, "back", (), 4, 10**9, time.monotonic() >= back.forgive_abandoned_until)
         assert (row.id, row.retries, row.abandoned) == (ids[0], 1, True)
+
+
+def test_a_suspect_row_costs_its_try_even_right_after_a_reconnection(settings: Settings) -> None:
+    """What a worker gives up on purpose (a write cut short by a lost connection: `abandon`, no holder named) counts
+    its try however soon it is claimed: forgiving it too let a row that kills the connection loop for good."""
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        ids = _insert(conn, 2)
+        store = Store(conn)
+        suspect, other = store.claim_batch(60, "w", (), 2, 10**9)
+        assert store.abandon(suspect, "the database connection was lost while it was being written")
+        lease_ends(conn, other.id)  # its holder, named, still reconnecting
+        first = store.claim_batch(60, "back", (), 4, 10**9, count_abandoned=False)
+        second = store.claim_batch(60, "back", (), 4, 10**9, count_abandoned=False)
+        assert [(r.id, r.retries, r.abandoned) for r in first + second] == [(ids[0], 1, True), (ids[1], 0, True)]

@@ -143,7 +143,8 @@ RETURNING {_CLAIMED_COLUMNS}, retries
 # large), each with its own claim token as CLAIM_NEXT gives it. A row whose last holder died (its lease ran out) is
 # claimed alone: if it is what kills workers, it must not take a batch of innocent rows (and their tries) with it.
 # Its try is counted unless `count_abandoned` is false: a worker back from a database outage longer than the lease
-# finds every other replica's lease run out too, their holders alive and still reconnecting (`Worker.drain`).
+# finds every other replica's lease run out too, their holders alive and still reconnecting (`Worker.drain`). A
+# row given up on purpose (`ABANDON`, `ABANDON_MINE`: no holder named; a suspect) counts its try in any case.
 # Rows left out were locked by the subquery only until this statement's transaction ends.
 CLAIM_BATCH = f"""
 WITH candidates AS (
@@ -166,7 +167,8 @@ WITH candidates AS (
 UPDATE connector.documents d
 SET status = 'processing', attempts = attempts + 1, updated_at = now(), claimed_by = %(worker)s,
     heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %(lease)s),
-    retries = retries + CASE WHEN status = 'processing' AND %(count_abandoned)s THEN 1 ELSE 0 END
+    retries = retries + CASE WHEN status = 'processing' AND (%(count_abandoned)s OR claimed_by IS NULL) THEN 1
+                             ELSE 0 END
 FROM picked p
 WHERE d.id = p.id
   AND CASE WHEN p.first_abandoned IS NULL THEN p.n = 1 OR p.upto <= %(max_bytes)s ELSE p.id = p.first_abandoned END
