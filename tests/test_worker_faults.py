@@ -384,6 +384,7 @@ def test_a_row_another_session_keeps_locked_stalls_neither_the_heartbeat_nor_the
         leases = dict(conn.execute("SELECT source_key, lease_expires_at > now() + interval '30 seconds' "
                                    "FROM connector.documents"))  # fmt: skip
         assert leases == {"d0": True, "d1": False, "d2": True, "d3": True}, "the others' leases extended"
+        conn.execute("SET lock_timeout = '7s'")  # the role's or database's own, restored after the write's wait
         t0 = time.monotonic()
         results = [worker.process(r) for r in rows]
         waited = time.monotonic() - t0
@@ -398,7 +399,7 @@ def test_a_row_another_session_keeps_locked_stalls_neither_the_heartbeat_nor_the
         assert worker.drain(threading.Event()) == 1
         assert conn.execute("SELECT retries FROM connector.documents WHERE source_key = 'd1'").fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM connector.documents WHERE status = 'done'").fetchone() == (4,)
-        assert conn.execute("SELECT current_setting('lock_timeout')").fetchone() == ("0",), "not left set"
+        assert conn.execute("SELECT current_setting('lock_timeout')").fetchone() == ("7s",), "restored"
         assert queries.LOCK_WAIT == "5s"
         assert_consistent(conn)
 
@@ -418,3 +419,32 @@ def test_the_size_limit_bounds_what_a_gzip_row_holds(settings: Settings) -> None
         rows = dict(conn.execute("SELECT source_key, coalesce(last_error, status) FROM connector.documents"))
     assert rows == {"bomb": "document too large: the gzip file decompresses to more than 1 MB (limit 1 MB)",
                     "small": "done"}  # fmt: skip
+
+
+def test_a_write_waits_for_a_migration_queued_on_the_table_without_giving_up(settings: Settings) -> None:
+    """The write's bounded wait is for rows another session keeps locked, not for the table: a migration queued
+    behind a long query makes every write wait for it; giving up after 5 s would leave every document of every
+    replica to its lease and count each a try."""
+    dsn = settings.dsn.get_secret_value()
+    with connect(dsn, autocommit=True) as conn, psycopg.connect(dsn) as reader, connect(dsn, autocommit=True) as ddl:
+        conn.execute("INSERT INTO connector.documents (source_key, content) VALUES ('d', %s)", (_text(1),))
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [])
+        [row] = worker.store.claim_batch(60, "w", [], 8, 10_000_000)
+        reader.execute("SELECT count(*) FROM connector.documents")  # a long report, its transaction open
+        migration = threading.Thread(target=lambda: ddl.execute(
+            "ALTER TABLE connector.documents ADD COLUMN review_note text"))  # fmt: skip
+        migration.start()
+        result: list[str] = []
+        writer = threading.Thread(target=lambda: result.append(worker.process(row)))
+        writer.start()
+        try:
+            writer.join(8)
+            waited = writer.is_alive() and not result
+        finally:  # the report ends whatever happened: the migration, then the write, go on
+            reader.rollback()
+            migration.join(30)
+            writer.join(60)
+        assert waited, f"still waiting behind the migration past LOCK_WAIT, not {result}"
+        assert result == ["done"]
+        ddl.execute("ALTER TABLE connector.documents DROP COLUMN review_note")
+        assert_consistent(conn)

@@ -197,11 +197,14 @@ WHERE d.attempts = held.token AND d.status = 'processing'
 
 # A batch's write: which of its rows still carry our claim token (locked until the batch commits). Waiting for a
 # row another session keeps locked ends after LOCK_WAIT (the write is then retried one document at a time, and the
-# locked one later, as after any database error), not when that session ends; other waits (an index being built)
-# are not limited.
+# locked one left to its lease), not when that session ends. Only the rows' locks: the table's own lock is taken
+# first without a limit (a migration queued behind a long query makes every write wait, as it should, not give up),
+# and the role's or database's own lock_timeout is restored after.
+LOCK_TABLE_FIRST = "LOCK TABLE connector.documents IN ROW SHARE MODE"
+LOCK_TIMEOUT_NOW = "SELECT current_setting('lock_timeout')"
+SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
 LOCK_DOCUMENTS = "SELECT id, attempts FROM connector.documents WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
 LOCK_WAIT = "5s"
-SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
 DELETE_CHUNKS_OF = "DELETE FROM connector.chunks WHERE document_id = ANY(%s)"
 DELETE_CANDIDATES_OF = "DELETE FROM connector.candidates WHERE document_id = ANY(%s)"
 # The BM25 postings of the documents' chunks (migration 0008), from the tsvector Postgres generated for each.

@@ -298,9 +298,11 @@ class Store:
                 for model in models:
                     if current is not None and not embeddings.same_space(current.spec, model):
                         raise embeddings.mismatch(current, model)
+            self.conn.execute(queries.LOCK_TABLE_FIRST)
+            (configured,) = self.conn.execute(queries.LOCK_TIMEOUT_NOW).fetchone()
             self.conn.execute(queries.SET_LOCK_TIMEOUT, (queries.LOCK_WAIT,))
             locked = dict(self.conn.execute(queries.LOCK_DOCUMENTS, ([row.id for row, _, _ in items],)).fetchall())
-            self.conn.execute(queries.SET_LOCK_TIMEOUT, ("0",))
+            self.conn.execute(queries.SET_LOCK_TIMEOUT, (configured,))
             ours = [locked.get(row.id) == row.attempts for row, _, _ in items]
             mine = [item for item, ok in zip(items, ours, strict=True) if ok]
             if mine:
@@ -395,7 +397,7 @@ class Store:
             if self.conn.broken or not isinstance(exc, MemoryError) and "memory" not in str(exc):
                 raise
             raise TransientError(f"not enough memory to read its {row.content_size / 1e6:.0f} MB") from exc
-        return row if found is None else replace(row, content=found[0], content_bytes=found[1])
+        return row if found is None else replace(row, content=found[0], content_bytes=found[1], content_size=None)
 
     def mark_unchanged(self, row: ClaimedRow) -> None:
         with self.conn.transaction():

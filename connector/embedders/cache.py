@@ -17,7 +17,7 @@ from connector.embedders.base import Embedder, Embeddings, Window, pool_windows
 from connector.errors import TransientError
 
 log = logging.getLogger(__name__)
-WARN_EVERY_SECONDS = 60.0  # an unreachable cache is said again at most this often, not per batch
+RETRY_AFTER_SECONDS = 60.0  # an unreachable cache is tried (and said) again after this long, not per batch
 
 
 class CachingEmbedder:
@@ -73,7 +73,7 @@ class PersistentCache:
         self.spec = spec_of(inner)
         self.last: dict[str, int] = {"embedded": 0, "cached": 0}
         self.hits: set[bytes] = set()
-        self._warned = -WARN_EVERY_SECONDS
+        self._unreachable_until = 0.0
 
     def embed(self, texts: list[str]) -> Embeddings:
         from connector.counters import EMBED_CACHE
@@ -113,12 +113,13 @@ class PersistentCache:
         connection limit reached, a lost connection): the cache only saves the model's work, so the texts are
         embedded without it. Counting that as a try of every document in the batch failed them all for good
         within a minute of a full connection limit, the worker's own connection being fine."""
+        if time.monotonic() < self._unreachable_until:  # each try may wait for a connect timeout: not per batch
+            return None
         try:
             return call()
         except TransientError as exc:
-            if time.monotonic() - self._warned >= WARN_EVERY_SECONDS:
-                self._warned = time.monotonic()
-                log.warning("embedding cache unavailable, embedding without it: %s", exc)
+            self._unreachable_until = time.monotonic() + RETRY_AFTER_SECONDS
+            log.warning("embedding cache unavailable, embedding without it for %.0f s: %s", RETRY_AFTER_SECONDS, exc)
             return None
 
     def close(self) -> None:
