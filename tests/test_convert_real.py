@@ -433,3 +433,11 @@ def test_a_hyphen_that_ends_a_line_stays_where_the_document_writes_the_word_with
     pages = [[clean("moves with shell-backward-\nword or the docu-\nment's oct-\nfile, an inter-\nesting case")],
              ["shell-backward-word, an oct-file, another oct-file; octfile once"]]  # fmt: skip
     assert dehyphenate(pages)[0] == ["moves with shell-backward-word or the document's oct-file, an interesting case"]
+
+
+def test_a_restructuredtext_title_between_two_rules_of_any_character_is_the_title() -> None:
+    """reStructuredText levels come from the order rule styles appear in, not from their character: Python's
+    chapters are over- and underlined with `*` and had no title (the file name stood in)."""
+    chapter = "\n.. _expressions:\n\n***********\nExpressions\n***********\n\nIntro.\n\nAtoms\n=====\n\nText.\n"
+    d = convert(chapter.encode(), "text/x-rst", CHUNKING)
+    assert d.title == "Expressions" and d.section_path_at(d.markdown.index("Text.")) == ("Expressions", "Atoms")

@@ -164,4 +164,5 @@ def _from_html(source: str, settings: ChunkingSettings) -> Document:
 
 def _from_text(source: str, dialect: str | None) -> Document:
     blocks = text.blocks(source, dialect)
-    return Document(source, blocks, title=text.title(source, dialect) or markdown.first_title(source, blocks))
+    found = text.title(source, dialect) or markdown.first_title(source, blocks) or markdown.sole_top_heading(blocks)
+    return Document(source, blocks, title=found)

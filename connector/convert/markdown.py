@@ -136,6 +136,19 @@ def first_title(text: str, blocks: tuple[Block, ...], max_page: int | None = Non
     return title if 0 < len(title) <= 200 else None
 
 
+def sole_top_heading(blocks: tuple[Block, ...]) -> str | None:
+    """The first heading, when it opens the outline and no other heading shares its top level: in reStructuredText
+    (and plain text) levels come from the order in which rule styles first appear, not from the rule's character,
+    so Python's `***` over-and-underlined chapter titles were level 2 to `first_title` and no title at all."""
+    headings = [b for b in blocks if b.kind == "heading" and b.section_path]
+    if not headings or len(headings[0].section_path) != 1 or sum(len(h.section_path) == 1 for h in headings) != 1:
+        return None
+    title = headings[0].section_path[0].strip()
+    if re.match(r"\d+(?:\.\d+)*\.?\s", title):
+        return None  # "1 Introduction" is the first section, not the document's title
+    return title if 0 < len(title) <= 200 else None
+
+
 def _level(heading: str) -> int | None:
     m = re.match(r"\s*(#{1,6})\s", heading)
     if m:
