@@ -309,8 +309,10 @@ def _shape_change(winner: StoredCandidate, runner: StoredCandidate) -> str:
             f"{b['tokens_mean']:.0f} tokens a chunk on average instead of {a['tokens_mean']:.0f} "
             f"({b['tokens_min']}–{b['tokens_max']} instead of {a['tokens_min']}–{a['tokens_max']})"
         )
-        parts.append(f"{b['units_cut']} of {b['units']} protected blocks cut instead of {a['units_cut']}")
-        parts.append(f"{b['out_of_range']} chunks outside the size range instead of {a['out_of_range']}")  # fmt: skip
+        if b["units_cut"] != a["units_cut"]:  # "0 chunks outside the size range instead of 0" said nothing
+            parts.append(f"{b['units_cut']} of {b['units']} protected blocks cut instead of {a['units_cut']}")
+        if b["out_of_range"] != a["out_of_range"]:
+            parts.append(f"{b['out_of_range']} chunks outside the size range instead of {a['out_of_range']}")
     return ", ".join(parts)
 
 

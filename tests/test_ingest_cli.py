@@ -305,7 +305,7 @@ def test_explain_shows_every_candidate_and_why_some_did_not_run(tmp_path: Path, 
                            cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert table.returncode == 0 and "no LLM endpoint configured" in table.stdout and "yes" in table.stdout
     assert "RC by the heuristic coreference backend" in table.stdout
-    assert " instead would change: " in table.stdout and "protected blocks cut instead of" in table.stdout
+    assert " instead would change: " in table.stdout and " chunks instead of " in table.stdout
     report = subprocess.run(connector_cmd("report", "--json", "--dsn", dsn), env=env, cwd=tmp_path,
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     rows = {r["strategy"]: r for r in json.loads(report.stdout)}

@@ -341,8 +341,7 @@ def test_explain_says_which_metrics_decided_and_what_the_runner_up_changes() -> 
     assert "In recursive_600's favour: RC -0.006 (0.950 vs 0.974)." in lines
     assert lines[-1] == (
         "Choosing recursive_600 instead would change: 55 chunks instead of 30, 460 tokens a chunk on average "
-        "instead of 850 (100–1100 instead of 100–1100), 14 of 200 protected blocks cut instead of 2, 0 chunks "
-        "outside the size range instead of 0."
+        "instead of 850 (100–1100 instead of 100–1100), 14 of 200 protected blocks cut instead of 2."
     )
     assert sum(contributions(winner, weights).values()) == pytest.approx(winner.score)
 
