@@ -56,7 +56,7 @@ class ClaimedRow:
     @property
     def short(self) -> bool:
         """A row whose content is in hand and small (a few pages of text): processed in milliseconds."""
-        size = self.content_size or 0
+        size = self.content_size if self.content_size is not None else len(self.content_bytes or self.content or "")
         return self.source != "folder" and size <= SHORT_BYTES and not (self.mime_type or "").endswith("pdf")
 
     @property
