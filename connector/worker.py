@@ -34,7 +34,7 @@ from typing import Literal
 import psycopg
 
 from connector import secrets
-from connector.db.store import ClaimedRow, Store
+from connector.db.store import LOCKED, ClaimedRow, Store
 from connector.errors import ConnectionLostBeforeWrite, DocumentError, FatalError, FileGone, TransientError
 from connector.models import Outcome, SourceDocument
 from connector.pipeline import Chosen, Pipeline
@@ -156,9 +156,9 @@ class Worker:
         if row.retries >= self.max_attempts:
             with contextlib.suppress(DocumentError):  # the hash: only new bytes requeue a file that kills workers
                 content_hash = row.load(self.roots, self.max_bytes).content_hash
-            self._fail(row, f"gave up after {row.retries} tries: the worker or CPU process running it stopped "
-                       "(crash, kill, out of memory or lost connection) each time", content_hash)  # fmt: skip
-            return "failed"
+            error = (f"gave up after {row.retries} tries: the worker or CPU process running it stopped (crash, "
+                     "kill, out of memory or lost connection) each time")  # fmt: skip
+            return self._fail(row, error, content_hash)
         try:
             if row.deferred and row.content_size <= self.max_bytes:  # read now, its claim committed: it has a try
                 row = self.store.with_content(row)
@@ -169,7 +169,8 @@ class Worker:
             content_hash = source.content_hash
             if source.content_hash == row.content_hash:
                 # Same bytes as the stored chunks: nothing to convert or embed again.
-                self.store.mark_unchanged(row)
+                if not self.store.mark_unchanged(row):
+                    return self._locked(row)
                 log.info("unchanged %s", row.source_key, extra=context)
                 return "unchanged"
             tries = f" (try {row.retries + 1} of {self.max_attempts})" if row.retries else ""
@@ -248,8 +249,7 @@ class Worker:
         """What an error while processing or writing `row` makes of it (see the module's docstring)."""
         context = {"document_id": row.id, "source_key": row.source_key}
         if isinstance(exc, DocumentError):
-            self._fail(row, str(exc), content_hash)
-            return "failed"
+            return self._fail(row, str(exc), content_hash)
         if isinstance(exc, psycopg.OperationalError):
             if self.store.conn.broken:
                 raise TransientError(f"database connection lost while processing {row.source_key}: {exc}") from exc
@@ -300,9 +300,7 @@ class Worker:
             if len(ready) == 1 and isinstance(exc, psycopg.errors.LockNotAvailable):
                 # Another session keeps the row locked (queries.LOCK_WAIT passed): recording a retry would wait
                 # for it too. Left to its lease instead: claimed again once that ends, a try counted.
-                log.warning("%s is locked by another session; tried again when its lease ends", ready[0].row.source_key,
-                            extra={"document_id": ready[0].row.id, "source_key": ready[0].row.source_key})  # fmt: skip
-                return ["retry"]
+                return [self._locked(ready[0].row)]
             if len(ready) == 1:
                 return [self._failed(ready[0].row, exc, ready[0].source.content_hash)]
             log.warning("writing %d documents at once failed (%s); one by one", len(ready), exc)
@@ -359,18 +357,30 @@ class Worker:
             extra={"document_id": row.id, "source_key": row.source_key},
         )
 
-    def _fail(self, row: ClaimedRow, error: str, content_hash: str | None) -> None:
+    def _fail(self, row: ClaimedRow, error: str, content_hash: str | None) -> Result:
+        if not self.store.mark_failed(row, error, content_hash):
+            return self._locked(row)
         log.warning("failed %s: %s", row.source_key, error, extra={"document_id": row.id, "source_key": row.source_key})
-        self.store.mark_failed(row, error, content_hash)
+        return "failed"
 
     def _retry(self, row: ClaimedRow, error: str, content_hash: str | None) -> Result:
         delay = min(self.retry_base_s * 2**row.retries, MAX_BACKOFF_S)
         status = self.store.retry_later(row, error, delay, self.max_attempts, content_hash)
         context = {"document_id": row.id, "source_key": row.source_key}
+        if status == LOCKED:
+            return self._locked(row)
         if status == "failed":
             log.warning("failed %s after %d tries: %s", row.source_key, row.retries + 1, error, extra=context)
             return "failed"
         log.warning("retrying %s in %.0f s: %s", row.source_key, delay, error, extra=context)
+        return "retry"
+
+    def _locked(self, row: ClaimedRow) -> Result:
+        """What became of a row whose outcome could not be recorded: another session kept it locked past
+        `queries.LOCK_WAIT`. It is left to its lease (no longer extended: the caller is done with it), then claimed
+        again with a try counted; waiting for that session stalled this worker and its other rows' heartbeats."""
+        log.warning("%s is locked by another session; tried again when its lease ends", row.source_key,
+                    extra={"document_id": row.id, "source_key": row.source_key})  # fmt: skip
         return "retry"
 
     def _beat_if_due(self) -> None:

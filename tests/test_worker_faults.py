@@ -18,6 +18,7 @@ import psycopg
 from connector.db.database import connect
 from connector.embedders.base import Embeddings
 from connector.embedders.fake import FakeEmbedder
+from connector.errors import TransientError
 from connector.metrics.vectors import StaticEncoder
 from connector.pipeline import Pipeline
 from connector.settings import Settings
@@ -401,6 +402,53 @@ def test_a_row_another_session_keeps_locked_stalls_neither_the_heartbeat_nor_the
         assert conn.execute("SELECT count(*) FROM connector.documents WHERE status = 'done'").fetchone() == (4,)
         assert conn.execute("SELECT current_setting('lock_timeout')").fetchone() == ("7s",), "restored"
         assert queries.LOCK_WAIT == "5s"
+        assert_consistent(conn)
+
+
+def test_a_rows_own_outcome_waits_for_another_sessions_lock_only_so_long(settings: Settings) -> None:
+    """A row's own outcome (failed, a retry, unchanged) was recorded by an UPDATE that waited as long as another
+    session kept that row locked; the worker, and the heartbeats of the other rows it held, stalled meanwhile. Now
+    each waits LOCK_WAIT, then leaves the row to its lease, unrecorded; the next claim records it."""
+
+    class FlakyOn(FakeEmbedder):  # an endpoint failing for one document's text (the math: FakeEmbedder's)
+        def embed(self, texts: list[str]) -> Embeddings:
+            if any("flaky" in t for t in texts):
+                raise TransientError("the endpoint timed out")
+            return super().embed(texts)
+
+    settings = settings.model_copy(update={"retry_base_seconds": 60})
+    dsn = settings.dsn.get_secret_value()
+    with connect(dsn, autocommit=True) as conn, psycopg.connect(dsn) as locker:
+        conn.execute("INSERT INTO connector.documents (source_key, content) VALUES ('same', %s)", (_text(1),))
+        worker = Worker(conn, Pipeline(settings, FlakyOn()), [])
+        assert worker.drain(threading.Event()) == 1
+        conn.execute("UPDATE connector.documents SET status = 'pending'")  # same bytes: unchanged
+        conn.execute("INSERT INTO connector.documents (source_key, content_bytes) VALUES ('png', %s)",
+                     (b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4,))  # fmt: skip
+        conn.execute("INSERT INTO connector.documents (source_key, content) VALUES ('flaky', %s)",
+                     (_text(2) + " flaky",))  # fmt: skip
+        conn.execute("INSERT INTO connector.documents (source_key, content) VALUES ('fine', %s)", (_text(3),))
+        rows = worker.store.claim_batch(60, "w", [], 8, 10_000_000)
+        assert sorted(r.source_key for r in rows) == ["fine", "flaky", "png", "same"]
+        locker.execute("UPDATE connector.documents SET metadata = '{\"by\": \"app\"}' "
+                       "WHERE source_key IN ('same', 'png', 'flaky')")  # fmt: skip
+        results: dict[str, str] = {}
+        run = threading.Thread(target=lambda: results.update({r.source_key: worker.process(r) for r in rows}))
+        run.start()
+        run.join(45)
+        stalled = run.is_alive()
+        locker.rollback()
+        run.join()
+        assert not stalled, "the worker waited for the other session's lock"
+        assert results == {"same": "retry", "png": "retry", "flaky": "retry", "fine": "done"}
+        left = conn.execute("SELECT source_key, status, retries, last_error FROM connector.documents "
+                            "WHERE source_key <> 'fine' ORDER BY 1").fetchall()  # fmt: skip
+        assert left == [(k, "processing", 0, None) for k in ("flaky", "png", "same")], "nothing recorded"
+        for row in rows:
+            lease_ends(conn, row.id)
+        assert worker.drain(threading.Event()) == 3
+        outcomes = dict(conn.execute("SELECT source_key, status FROM connector.documents"))
+        assert outcomes == {"same": "done", "png": "failed", "flaky": "pending", "fine": "done"}
         assert_consistent(conn)
 
 

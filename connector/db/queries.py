@@ -201,6 +201,8 @@ WHERE d.attempts = held.token AND d.status = 'processing'
 # first without a limit (a migration queued behind a long query makes every write wait, as it should, not give up),
 # and the role's or database's own lock_timeout is restored after.
 LOCK_TABLE_FIRST = "LOCK TABLE connector.documents IN ROW SHARE MODE"
+# The same bounded wait for a worker's own update of one claimed row (failed, retry, unchanged, released).
+LOCK_TABLE_TO_UPDATE = "LOCK TABLE connector.documents IN ROW EXCLUSIVE MODE"
 LOCK_TIMEOUT_NOW = "SELECT current_setting('lock_timeout')"
 SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
 LOCK_DOCUMENTS = "SELECT id, attempts FROM connector.documents WHERE id = ANY(%s) ORDER BY id FOR UPDATE"

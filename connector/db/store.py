@@ -33,6 +33,8 @@ from connector.models import Block, Outcome, SourceDocument
 from connector.sources.files import NotRegularFile, TooLarge, read_regular
 
 SHORT_BYTES = 20_000
+# What `retry_later` says when another session kept the row locked: nothing recorded (see `Store._update_own`).
+LOCKED = "locked"
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +195,10 @@ class Store:
         """Back to the queue after `delay_s`, or `failed` once `max_attempts` tries have failed; the new status."""
         params = {"id": row.id, "token": row.attempts, "error": error[:4000], "delay": delay_s, "max": max_attempts,
                   "hash": content_hash}  # fmt: skip
-        with self.conn.transaction():
-            found = self.conn.execute(queries.RETRY_LATER, params).fetchone()
+        done = self._update_own(queries.RETRY_LATER, params)
+        if done is None:
+            return LOCKED
+        found = done.fetchone()
         return found[0] if found else None
 
     def retry_failed(self, ref: str | None) -> list[DocumentKey]:
@@ -399,26 +403,41 @@ class Store:
             raise TransientError(f"not enough memory to read its {row.content_size / 1e6:.0f} MB") from exc
         return row if found is None else replace(row, content=found[0], content_bytes=found[1], content_size=None)
 
-    def mark_unchanged(self, row: ClaimedRow) -> None:
-        with self.conn.transaction():
-            self.conn.execute(queries.MARK_UNCHANGED, {"id": row.id, "token": row.attempts})
+    def mark_unchanged(self, row: ClaimedRow) -> bool:
+        """False when another session keeps the row locked (see `_update_own`): nothing recorded."""
+        return self._update_own(queries.MARK_UNCHANGED, {"id": row.id, "token": row.attempts}) is not None
 
-    def mark_failed(self, row: ClaimedRow, error: str, content_hash: str | None) -> None:
-        with self.conn.transaction():
-            params = {"id": row.id, "token": row.attempts, "error": error[:4000], "hash": content_hash}
-            self.conn.execute(queries.MARK_FAILED, params)
+    def mark_failed(self, row: ClaimedRow, error: str, content_hash: str | None) -> bool:
+        """False when another session keeps the row locked (see `_update_own`): nothing recorded."""
+        params = {"id": row.id, "token": row.attempts, "error": error[:4000], "hash": content_hash}
+        return self._update_own(queries.MARK_FAILED, params) is not None
 
     def release(self, row: ClaimedRow) -> bool:
-        """Back to the queue; False when the row was no longer ours (finished, or claimed again)."""
-        with self.conn.transaction():
-            return self.conn.execute(queries.RELEASE, {"id": row.id, "token": row.attempts}).rowcount == 1
+        """Back to the queue; False when the row was no longer ours (finished, or claimed again), or another
+        session keeps it locked (its lease hands it back)."""
+        done = self._update_own(queries.RELEASE, {"id": row.id, "token": row.attempts})
+        return done is not None and done.rowcount == 1
+
+    def _update_own(self, query: str, params: dict) -> psycopg.Cursor | None:
+        """Run one statement that updates a row this worker claimed, in a transaction of its own; None when
+        another session (an application's open transaction, a forgotten psql) kept that row locked for
+        LOCK_WAIT: nothing was changed, and the row is left to its lease, which the caller stops extending
+        (the next claim after it ends counts a try). Waiting for that session instead held up this worker's
+        other rows, their heartbeats included, as long as it kept its lock. The table's own lock is taken first
+        without a limit, as the write does (a migration queued behind a long query is waited for)."""
+        try:
+            with self.conn.transaction():
+                self.conn.execute(queries.LOCK_TABLE_TO_UPDATE)
+                self.conn.execute(queries.SET_LOCK_TIMEOUT, (queries.LOCK_WAIT,))
+                return self.conn.execute(query, params)
+        except psycopg.errors.LockNotAvailable:
+            return None
 
     def abandon(self, row: ClaimedRow, error: str) -> bool:
         """As if the worker holding it had died (its lease runs out now): the next claim takes it alone and counts a
         try. For a document whose CPU pool process died with others in flight: any of them could be the cause."""
-        with self.conn.transaction():
-            params = {"id": row.id, "token": row.attempts, "error": error}
-            return self.conn.execute(queries.ABANDON, params).rowcount == 1
+        done = self._update_own(queries.ABANDON, {"id": row.id, "token": row.attempts, "error": error})
+        return done is not None and done.rowcount == 1
 
     def errors(self, document_ids: list[int]) -> list[LastError]:
         """The last error of each of the given documents."""
