@@ -288,6 +288,40 @@ def test_any_span_even_one_that_cuts_words_gets_the_vector_of_its_own_text(model
             assert float(g @ w) > 0.999, repr(text[a:b])
 
 
+def test_a_line_without_whitespace_costs_no_vector_per_piece_and_changes_no_vector(models_dir) -> None:
+    """A search index on one line (rustdoc's: runs of 50,000 characters without a space, ~100,000 word pieces):
+    every piece got a vector of its own, and every chunk edge inside the run had the piece it cut tokenized again:
+    3 GB and 45 s for a 1.3 MB file. Now such a run is cut where BERT's tokenizer starts a word anyway, and each
+    word's pieces are summed by one sparse product; the vectors are what the model gives each text."""
+    import random
+    import tracemalloc
+
+    from connector.metrics.vectors import LONG_WORD_CHARS, _unit_bounds
+
+    text = (FIXTURES / "real" / "rustdoc-search-index-excerpt.js").read_text()
+    starts, ends = _unit_bounds(text)
+    assert (ends - starts).max() <= LONG_WORD_CHARS + 200, "the 52,092-character run is cut"
+    assert "".join(text[a:b] for a, b in zip(starts, ends, strict=True)) == "".join(text.split())
+    encoder = StaticEncoder(models_dir)  # a cache of its own: every word is new to it
+    encoder.spans("the model's own vectors, read once per thread")
+    tokenizer = encoder._model().tokenizer
+    tokenizer.no_truncation()
+    pieces = sum(len(e.ids) for e in tokenizer.encode_batch_fast(text.split(), add_special_tokens=False))
+    tracemalloc.start()
+    try:
+        vectors = encoder.spans(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < pieces * encoder.dim * 4 / 2, f"{peak / 1e6:.0f} MB for {pieces} pieces"
+    rng = random.Random(7)
+    spans = sorted((a, a + rng.randint(1, 8000)) for a in rng.sample(range(len(text) - 8000), 200))
+    want = encoder._encode([text[a:b] for a, b in spans])  # the model's own encode, text by text
+    assert np.sum(vectors(spans) * want, axis=1).min() > 0.999
+    whole = encoder._encode([text])[0]  # a text embedded alone (a document too long for spans) is summed too
+    assert float(encoder.embed([text])[0] @ whole) > 0.9999
+
+
 def test_the_word_cache_starts_again_when_full_and_changes_no_vector(models_dir, monkeypatch) -> None:
     import connector.metrics.vectors as vectors_module
 

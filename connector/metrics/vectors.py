@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import regex
+import scipy.sparse
 
 from connector.embedders import Embedder
 
@@ -33,6 +35,20 @@ STATIC_DIMS = 256
 WORD_CACHE = 20_000  # distinct words whose summed piece vectors a thread keeps (~20 MB; cleared when full)
 DENSE_MAX_CELLS = 1 << 22  # spans × words summed as one matrix product up to this (a 16 MB float32 matrix)
 SPAN_MAX_WORDS = 100_000  # longer texts: vectors per chunk and sentence text, as before (memory: ~1 KB a word)
+# A text embedded alone (a document over SPAN_MAX_WORDS) is tokenized in calls of at most this many characters, and
+# one longer than LONG_TEXT_CHARS is summed word by word, BLOCK_WORDS at a time: the tokenizer keeps ~100 bytes per
+# piece while a call runs, and one "sentence" of 800,000 characters (a search index on one line), asked for by
+# every candidate that cut it, took the process past 3 GB.
+BATCH_CHARS = 1_000_000
+LONG_TEXT_CHARS = 20_000
+BLOCK_WORDS = 20_000
+LONG_WORD_CHARS = 1_000  # a run without whitespace is cut about this often, where its tokens stay the same
+# Where BERT's basic tokenizer starts a word of its own: a punctuation mark (its `_is_punctuation`: ASCII's, and
+# Unicode category P) or a CJK ideograph (its `_is_chinese_char` ranges).
+_BERT_WORD_EDGE = regex.compile(
+    r"[\p{P}!-/:-@\[-`{-~\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002b73f"
+    r"\U0002b740-\U0002b81f\U0002b820-\U0002ceaf\U0002f800-\U0002fa1f]"
+)
 # A word as BERT's pre-tokenizer sees it: between its whitespace (space, tab, CR, LF, Unicode Zs), not Python's \s
 # (which also splits on control characters that BERT's normaliser deletes from inside a word).
 _UNIT = re.compile(r"[^ \t\n\r\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]+")
@@ -71,9 +87,35 @@ class StaticEncoder:
         return model
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        batch: list[int] = []
+        size = 0
+        for i, text in enumerate(texts):
+            if len(text) > LONG_TEXT_CHARS:
+                out[i] = self._long(text)
+                continue
+            if batch and size + len(text) > BATCH_CHARS:
+                out[batch] = self._encode([texts[k] for k in batch])
+                batch, size = [], 0
+            batch.append(i)
+            size += len(text)
+        if batch:
+            out[batch] = self._encode([texts[k] for k in batch])
+        return out
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
         return self._model().encode(texts, max_length=None, show_progress_bar=False).astype(np.float32)
+
+    def _long(self, text: str) -> np.ndarray:
+        """A long text's vector as the sum of its words' piece vectors (what `encode` gives: BERT's tokenizer splits
+        at whitespace first; see `SpanVectors`), BLOCK_WORDS words at a time."""
+        starts, ends = _unit_bounds(text)
+        words = [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+        total = np.zeros(self.dim, dtype=np.float64)
+        for k in range(0, len(words), BLOCK_WORDS):
+            total += self._word_rows(words[k : k + BLOCK_WORDS]).sum(axis=0, dtype=np.float64)
+        norm = np.linalg.norm(total)
+        return (total / norm if norm > 0 else total).astype(np.float32)
 
     def spans(self, text: str) -> SpanVectors | None:
         """Vectors of any spans of `text` from one pass over it (see `SpanVectors`); None for a text of more than
@@ -81,8 +123,15 @@ class StaticEncoder:
         starts, ends = _unit_bounds(text)
         if len(starts) > SPAN_MAX_WORDS:
             return None
-        rows = self._word_rows(_UNIT.findall(text))
+        rows = self._word_rows([text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)])
         return SpanVectors(text, starts, ends, rows, self._word_rows)
+
+    def _table(self) -> np.ndarray:
+        """This thread's model's vectors as float32 (the model keeps float16)."""
+        table = getattr(self._local, "table", None)
+        if table is None:
+            table = self._local.table = np.asarray(self._model().embedding, dtype=np.float32)
+        return table
 
     def _word_rows(self, words: list[str]) -> np.ndarray:
         """The sum of each word's piece vectors (float32), one row per word; each distinct word tokenized once per
@@ -104,11 +153,20 @@ class StaticEncoder:
         encoded = model.tokenizer.encode_batch_fast(missing, add_special_tokens=False)
         ids = [[i for i in e.ids if i != unknown] for e in encoded]  # as model2vec: unknown pieces carry no vector
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        if lengths.any():  # every piece's vector in one lookup, summed per word (one numpy call per word cost more)
+        if lengths.any():
+            # Each word's pieces summed as one sparse product, words × vocabulary (piece counts, times model2vec's
+            # weights where it has them, as its `_encode_helper` applies them) by the vocabulary's vectors: no
+            # vector per piece is made. Looking them up first took 1 GB for a 1 MB JSON line (a million pieces),
+            # and summing them per word 6 s.
             flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
-            pieces = model._encode_helper(flat).astype(np.float32)
-            words_with = lengths > 0
-            sums[words_with] = np.add.reduceat(pieces, (np.cumsum(lengths) - lengths)[words_with], axis=0)
+            columns = flat if model.token_mapping is None else model.token_mapping[flat]
+            weights = (
+                np.ones(len(flat), np.float32) if model.weights is None else model.weights[flat].astype(np.float32)
+            )
+            words_of = np.repeat(np.arange(len(missing)), lengths)
+            table = self._table()
+            counts = scipy.sparse.csr_matrix((weights, (words_of, columns)), shape=(len(missing), len(table)))
+            sums = np.asarray(counts @ table, dtype=np.float32)
         if len(missing) > WORD_CACHE:  # a document of more distinct words: not kept
             own = {w: k for k, w in enumerate(missing)}
             return sums[[own[w] for w in words]]
@@ -151,13 +209,44 @@ _IS_SPACE[_SPACES] = True
 
 def _unit_bounds(text: str) -> tuple[np.ndarray, np.ndarray]:
     """Start and end offsets of `_UNIT`'s matches (the runs of characters between its spaces), found with numpy:
-    the same runs as `_UNIT.finditer`, without a Python object per word."""
+    the same runs as `_UNIT.finditer`, without a Python object per word; a run over LONG_WORD_CHARS is cut further
+    (`_cut_long`)."""
     points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     inside = np.ones(len(points) + 2, dtype=bool)
     inside[[0, -1]] = False
     inside[1:-1] = ~_IS_SPACE[np.minimum(points, len(_IS_SPACE) - 1)]
     edges = np.flatnonzero(inside[1:] != inside[:-1])
-    return edges[0::2].astype(np.int64), edges[1::2].astype(np.int64)
+    starts, ends = edges[0::2].astype(np.int64), edges[1::2].astype(np.int64)
+    long = np.flatnonzero(ends - starts > LONG_WORD_CHARS)
+    if len(long):
+        starts, ends = _cut_long(text, starts, ends, long)
+    return starts, ends
+
+
+def _cut_long(text: str, starts: np.ndarray, ends: np.ndarray, long: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The runs at `long` cut before a punctuation mark or ideograph about every LONG_WORD_CHARS characters.
+
+    A run without whitespace can be a whole file (minified JSON, a search index: 675,000 characters), and every
+    chunk edge inside it asked for the vector of the piece it cuts, each tokenized afresh: 45 s and 3 GB for a 1 MB
+    file. BERT's tokenizer makes each such mark or ideograph a word of its own, so a cut there leaves every piece's
+    tokens as they were."""
+    cut_starts, cut_ends = [], []
+    for k in long:
+        a, b = int(starts[k]), int(ends[k])
+        pieces = [a]
+        while b - pieces[-1] > LONG_WORD_CHARS:
+            found = _BERT_WORD_EDGE.search(text, pieces[-1] + LONG_WORD_CHARS, b)
+            if found is None:
+                break
+            pieces.append(found.start())
+        cut_starts.append(pieces)
+        cut_ends.append([*pieces[1:], b])
+    keep = np.ones(len(starts), dtype=bool)
+    keep[long] = False
+    all_starts = np.concatenate([starts[keep], np.fromiter(itertools.chain(*cut_starts), dtype=np.int64)])
+    all_ends = np.concatenate([ends[keep], np.fromiter(itertools.chain(*cut_ends), dtype=np.int64)])
+    order = np.argsort(all_starts, kind="stable")
+    return all_starts[order], all_ends[order]
 
 
 class SpanVectors:
