@@ -119,6 +119,8 @@ class EmbeddingStub:
                 if action and action[0] == "wrong_dim":
                     dim = dim // 2
                 vectors = hashed_bow(inputs, dim)
+                if action and action[0] == "scaled":  # a faulty endpoint: zeros (0), or values a float32 norm overflows
+                    vectors = vectors.astype("f8") * action[1]
                 data = [{"object": "embedding", "index": i,
                          "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if stub.base64
                          else [float(x) for x in v]}

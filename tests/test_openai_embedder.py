@@ -133,6 +133,19 @@ def test_an_answer_that_is_not_embeddings_is_a_transient_error_then_the_next_suc
     assert model.embed(["behind a mended proxy"]).vectors.shape == (1, 64)
 
 
+def test_a_zero_vector_is_refused_and_huge_values_keep_their_direction(stub, opened) -> None:
+    """An endpoint answering zeros had them stored (and cached): the chunk's distance to any question was NaN and
+    vector search never found it. Values so large that their float32 norm overflowed were normalised to zeros."""
+    model = opened(embed_settings(stub, dimensions=64))
+    stub.fail = [("scaled", 0.0)]
+    with pytest.raises(TransientError, match="zero vector"):
+        model.embed(["a faulty endpoint's answer", "and another"])
+    want = model.embed(["the same text"]).vectors
+    stub.fail = [("scaled", 1e24)]
+    huge = model.embed(["the same text"]).vectors
+    assert np.allclose(huge, want, atol=1e-6) and np.linalg.norm(huge) == pytest.approx(1.0)
+
+
 def test_vectors_of_another_dimension_stop_the_process(stub, opened) -> None:
     model = opened(embed_settings(stub, dimensions=64))
     stub.fail = [("wrong_dim",)]

@@ -66,6 +66,8 @@ class ModelSpec:
 
 
 def normalise(vectors: np.ndarray) -> np.ndarray:
+    # In float64: a float32 norm of large values (1e24) overflows to inf and turns the row into zeros.
+    vectors = np.asarray(vectors, dtype=np.float64)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
 

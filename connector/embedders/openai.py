@@ -286,6 +286,11 @@ def _vectors(body: bytes, expected: int) -> tuple[np.ndarray, int | None]:
                              f"{type(exc).__name__}") from None  # fmt: skip
     if vectors.ndim != 2 or not np.isfinite(vectors).all():
         raise TransientError("the embedding endpoint answered vectors of unequal lengths or with non-finite values")
+    # A zero vector (a faulty endpoint's, or values so large their norm overflows) has no direction: stored, its
+    # chunk's distance to any question is NaN and vector search never finds it; cached, the same text stays so.
+    norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
+    if len(vectors) and not (np.isfinite(norms) & (norms > 0)).all():
+        raise TransientError("the embedding endpoint answered a zero vector, which no search can rank")
     usage = answer.get("usage") if isinstance(answer, dict) else None
     used = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     return vectors, used if isinstance(used, int) and not isinstance(used, bool) and used >= 0 else None
