@@ -105,9 +105,11 @@ def _settings(dsn: str | None = None, **overrides) -> Settings:
 def _logging(verbose: bool, quiet: bool = False) -> None:
     """INFO for the sidecar and ingest; `quiet` (eval, bench) keeps per-document lines out of the report.
 
-    Also makes SIGTERM unwind like Ctrl-C does, so that every command (not only `run`, which handles it itself)
-    leaves through its `with` blocks: an embedded Postgres it started is stopped, scratch databases are dropped."""
+    Also makes SIGTERM and SIGHUP unwind like Ctrl-C does, so that every command (not only `run`, which handles
+    them itself) leaves through its `with` blocks: an embedded Postgres it started is stopped, scratch databases
+    are dropped."""
     signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGHUP, _exit_on_signal)
     from pydantic import ValidationError
     from pydantic_settings import SettingsError
 
@@ -256,6 +258,7 @@ def run(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGHUP, _stop)  # its terminal closed (an ssh session dropped): as SIGTERM, not killed
     try:
         with _errors(), database(settings) as url:
             pipelines = _pipelines(settings, url, no_migrate=no_migrate)

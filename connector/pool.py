@@ -530,11 +530,12 @@ _slot: tuple | None = None  # this process's slot: (the pool's shared values, th
 
 def _start(settings: Settings, parent: int, slots) -> None:
     global _settings, _slot
-    # Ctrl-C reaches the whole process group: the sidecar decides what stops and when, not its pool (SIGTERM: see
-    # `exit_when_torn_down`, first, so that every thread of this process starts with it blocked). A SIGKILLed sidecar
-    # is noticed by `exit_with_parent`.
+    # Ctrl-C (and a hangup) reaches the whole process group: the sidecar decides what stops and when, not its pool
+    # (SIGTERM: see `exit_when_torn_down`, first, so that every thread of this process starts with it blocked). A
+    # SIGKILLed sidecar is noticed by `exit_with_parent`.
     exit_when_torn_down(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal's hangup, sent to the group: as Ctrl-C
     exit_with_parent(parent)
     with slots.get_lock():  # this process's slot: the first free one (slots of processes that died stay taken)
         values = slots.get_obj()

@@ -66,11 +66,16 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("signals", "watch"), [(1, False), (2, False), (1, True)], ids=["one-sigterm", "two-sigterms", "watching"]
+    ("signals", "watch", "sig"),
+    [(1, False, signal.SIGTERM), (2, False, signal.SIGTERM), (1, True, signal.SIGTERM), (1, False, signal.SIGHUP)],
+    ids=["one-sigterm", "two-sigterms", "watching", "hangup"],
 )
 def test_sigterm_keeps_the_grace_and_hands_the_document_back(
-    migrated_dsn, start_process, tmp_path: Path, signals: int, watch: bool
+    migrated_dsn, start_process, tmp_path: Path, signals: int, watch: bool, sig: signal.Signals
 ) -> None:
+    """SIGHUP (the terminal of a `make run` closed, an ssh session dropped) stops it as SIGTERM does: it killed the
+    sidecar at once, its rows left to their leases (a try counted) and the embedded Postgres running. The terminal
+    sends it to the whole process group: the CPU pool's processes get it too, and leave stopping to the sidecar."""
     dsn = migrated_dsn
     inbox = tmp_path / "inbox"
     inbox.mkdir()
@@ -88,7 +93,8 @@ def test_sigterm_keeps_the_grace_and_hands_the_document_back(
     helpers = _descendants(proc.pid)
     sent = time.monotonic()
     for _ in range(signals):
-        proc.send_signal(signal.SIGTERM)
+        for pid in [proc.pid, *helpers] if sig == signal.SIGHUP else [proc.pid]:  # a hangup reaches the group
+            os.kill(pid, sig)
         time.sleep(0.3)
     code = proc.wait(60)
     took = time.monotonic() - sent
