@@ -22,7 +22,7 @@ from pathlib import Path
 import psycopg
 
 from connector import candidates
-from connector.db.database import connect
+from connector.db.database import connect, guard_session
 from connector.db.store import Store
 from connector.errors import FatalError, TransientError
 from connector.pipeline import Pipeline
@@ -239,7 +239,11 @@ class _WorkerThread(threading.Thread):
             except FatalError as exc:
                 self.fatal = exc
                 return
-            except (psycopg.OperationalError, TransientError) as exc:
+            except (psycopg.Error, TransientError) as exc:
+                if isinstance(exc, psycopg.Error) and not self._lost(exc):
+                    log.exception("worker %s stopped", self.name)
+                    self.fatal = FatalError(f"worker {self.name} stopped: {type(exc).__name__}: {exc}")
+                    return
                 log.warning("database unavailable (%s); retrying in %.0f s", exc, self.backoff)
                 self.stop.wait(self.backoff)
                 self.backoff = min(self.backoff * 2, _MAX_BACKOFF)
@@ -248,8 +252,15 @@ class _WorkerThread(threading.Thread):
                 self.fatal = FatalError(f"worker {self.name} stopped: {type(exc).__name__}: {exc}")
                 return
 
+    @staticmethod
+    def _lost(exc: psycopg.Error) -> bool:
+        """Whether `exc` means the session is gone (an outage, a terminated backend, an idle-in-transaction timeout,
+        whose error is an InternalError), rather than something reconnecting will not mend."""
+        return isinstance(exc, (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout))
+
     def _serve(self) -> None:
         with connect(self.dsn, autocommit=True) as work_conn:
+            guard_session(work_conn, self.settings.lease_seconds)
             if self.worker is not None:  # kept until given back: this connection may be lost before that too
                 self.suspects += self.worker.lost_while_writing
                 self.worker.lost_while_writing = []

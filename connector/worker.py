@@ -250,9 +250,11 @@ class Worker:
         context = {"document_id": row.id, "source_key": row.source_key}
         if isinstance(exc, DocumentError):
             return self._fail(row, str(exc), content_hash)
+        # Any error that ended the session (some are not OperationalErrors: an idle-in-transaction timeout's is an
+        # InternalError) is the connection's, not the document's.
+        if isinstance(exc, psycopg.Error) and self.store.conn.broken:
+            raise TransientError(f"database connection lost while processing {row.source_key}: {exc}") from exc
         if isinstance(exc, psycopg.OperationalError):
-            if self.store.conn.broken:
-                raise TransientError(f"database connection lost while processing {row.source_key}: {exc}") from exc
             return self._retry(row, f"database error: {exc}", content_hash)  # a timeout, a full disk...
         if isinstance(exc, TransientError):
             return self._retry(row, str(exc), content_hash)
@@ -292,7 +294,7 @@ class Worker:
         except ConnectionLostBeforeWrite:
             raise  # the rows go back as they were when this worker reconnects: none is a suspect
         except Exception as exc:
-            if isinstance(exc, psycopg.OperationalError) and self.store.conn.broken:
+            if isinstance(exc, psycopg.Error) and self.store.conn.broken:
                 # One of them may be what ended the connection: the reconnecting thread abandons these (each is
                 # then claimed alone) and gives back the rest of what this worker held as it was.
                 self.lost_while_writing = [r.row.id for r in ready]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import psycopg
+import pytest
 
 from connector.db.database import connect
 from connector.embedders.base import Embeddings
@@ -450,6 +451,33 @@ def test_a_rows_own_outcome_waits_for_another_sessions_lock_only_so_long(setting
         outcomes = dict(conn.execute("SELECT source_key, status FROM connector.documents"))
         assert outcomes == {"same": "done", "png": "failed", "flaky": "pending", "fine": "done"}
         assert_consistent(conn)
+
+
+def test_a_session_frozen_in_a_transaction_lets_go_of_its_rows_after_a_lease(settings: Settings) -> None:
+    """A replica frozen mid-transaction (SIGSTOP, `docker pause`, a paused VM) kept the rows it had locked for the
+    whole freeze: the others skipped them, their leases long gone. The worker's and watcher's sessions now end once
+    idle in a transaction for a lease (unless the role or database set their own limit); the thawed one reconnects."""
+    from connector.db.database import KEEPALIVES, guard_session
+
+    dsn = settings.dsn.get_secret_value()
+    with connect(dsn, autocommit=True) as frozen, connect(dsn, autocommit=True) as other:
+        conn_options = frozen.pgconn.info
+        given = {o.keyword.decode(): (o.val or b"").decode() for o in conn_options}
+        assert {k: given[k] for k in KEEPALIVES} == {k: str(v) for k, v in KEEPALIVES.items()}
+        other.execute("INSERT INTO connector.documents (source_key, content) VALUES ('d', 'text')")
+        guard_session(frozen, 1)
+        frozen.execute("BEGIN")
+        frozen.execute("SELECT * FROM connector.documents WHERE source_key = 'd' FOR UPDATE")
+        time.sleep(2.5)  # frozen, its transaction open, past the lease
+        other.execute("SET lock_timeout = '3s'")
+        assert other.execute("UPDATE connector.documents SET metadata = '{}' WHERE source_key = 'd'").rowcount == 1
+        with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+            frozen.execute("SELECT 1")  # thawed: its session was ended (the sidecar takes it for a lost connection)
+        assert frozen.broken
+    with connect(dsn, autocommit=True) as conn:  # a limit the role or database set is kept
+        conn.execute("SET idle_in_transaction_session_timeout = '10min'")
+        guard_session(conn, 1)
+        assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("10min",)
 
 
 def test_the_size_limit_bounds_what_a_gzip_row_holds(settings: Settings) -> None:

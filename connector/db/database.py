@@ -92,12 +92,30 @@ def _json_dumps(value) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
 
 
+# libpq's TCP keepalives, unless the DSN sets its own: a server gone without a word (a host powered off, a network
+# partition) is noticed in about a minute and a half, not after the kernel's two hours.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 60, "keepalives_interval": 10, "keepalives_count": 3}
+
+
+def guard_session(conn: psycopg.Connection, lease_seconds: int) -> None:
+    """End this session if it ever sits in an open transaction for a lease (unless the role or database set their
+    own limit): a replica frozen mid-transaction (SIGSTOP, `docker pause`, a paused VM, a partition) kept the rows it
+    had locked for as long as the freeze, and the other replicas skipped them though their leases had run out. Its
+    rows are then claimable; the frozen one, thawed, finds its connection closed and reconnects."""
+    with conn.transaction():
+        (current,) = conn.execute("SELECT current_setting('idle_in_transaction_session_timeout')").fetchone()
+    if current in ("0", "0ms"):
+        conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)", (f"{lease_seconds}s",))
+
+
 def connect(dsn: str, **kwargs) -> psycopg.Connection:
     """A connection with pgvector types registered; connection failures become `TransientError`."""
     from pgvector.psycopg import register_vector
 
     check_dsn(dsn)
     try:
+        given = conninfo_to_dict(dsn)
+        kwargs = {**{k: v for k, v in KEEPALIVES.items() if k not in given}, **kwargs}
         conn = psycopg.connect(dsn, **kwargs)
     except psycopg.OperationalError as exc:
         raise _cannot_connect(dsn, exc) from exc

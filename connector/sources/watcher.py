@@ -35,7 +35,7 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from connector.db.database import connect
+from connector.db.database import connect, guard_session
 from connector.db.store import Store
 from connector.errors import TransientError
 from connector.logs import printable
@@ -95,6 +95,7 @@ class FolderWatcher:
         self.keep_deleted = settings.keep_deleted
         self.max_bytes = settings.max_document_bytes
         self.rescan_seconds = settings.rescan_seconds
+        self.lease_seconds = settings.lease_seconds
         self._ops: list[tuple[str, ...]] = []  # deletes and renames, applied by the settle thread in order
         self._pending: dict[Path, tuple[float, tuple[int, int] | None]] = {}
         self._lock = threading.Lock()
@@ -192,6 +193,7 @@ class FolderWatcher:
         while not self._stop.is_set():
             try:
                 with connect(self.dsn, autocommit=True) as conn:
+                    guard_session(conn, self.lease_seconds)
                     store = Store(conn)
                     backoff = 1.0
                     self._problem = None
