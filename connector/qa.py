@@ -59,11 +59,17 @@ _MARKUP = re.compile(r"\\(?=[|*`_\\])|[|*`]")
 _RULE = re.compile(r"(?<!\S):?-{3,}:?(?!\S)")  # a table's delimiter row, once its pipes are gone
 
 
+_SPACE_BEFORE = re.compile(r" (?=[,.;:!?)\]}])")  # what markup left before punctuation: `**a**, b` → "a , b"
+_SPACE_AFTER = re.compile(r"(?<=[(\[{]) ")
+
+
 def normalise(text: str) -> str:
     """Whitespace collapsed and Markdown table/emphasis markup (pipes, escapes, delimiter rows, backticks,
     asterisks) dropped, on the evidence and the chunk alike: evidence is quoted as plain text, chunks of converted
-    documents carry the Markdown that conversion wrote around the same words."""
-    return " ".join(_RULE.sub(" ", _MARKUP.sub(" ", text)).split())
+    documents carry the Markdown that conversion wrote around the same words. No space before a punctuation mark
+    or after an opening bracket: the rendered page's "sxid, aide" is the Markdown's `**sxid**, **aide**`."""
+    text = " ".join(_RULE.sub(" ", _MARKUP.sub(" ", text)).split())
+    return _SPACE_AFTER.sub("", _SPACE_BEFORE.sub("", text))
 
 
 def is_hit(evidence: str, chunk_text: str) -> bool:

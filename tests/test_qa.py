@@ -23,6 +23,19 @@ def test_hit_ignores_whitespace_differences() -> None:
     assert not qa.is_hit(EVIDENCE, chunk.replace("lazy", "sleepy"))
 
 
+def test_evidence_quoted_from_the_rendered_page_is_a_hit_on_its_markdown() -> None:
+    """Markup left a space before punctuation (`**sxid**, **aide**` read "sxid , aide"), so a question whose
+    evidence was quoted from the page as a reader sees it ("sxid, aide") missed in every run."""
+    from tests.conftest import FIXTURES
+
+    markdown = (FIXTURES / "dockerfile-reference.md").read_text()
+    at = markdown.index("`RUN`, `CMD`,")
+    chunk = markdown[at - 200 : at + 200]
+    assert qa.is_hit("RUN, CMD,", chunk)
+    assert qa.is_hit("such as sxid, aide (and tripwire)", "such as **sxid**, **aide** ( **and** tripwire)")
+    assert not qa.is_hit("sxid, aide", "**sxid**, **tripwire**")
+
+
 def test_covered_share_counts_the_longest_contiguous_run_of_words() -> None:
     words = EVIDENCE.split()  # 13 words
     first_ten = " ".join(words[:10])
