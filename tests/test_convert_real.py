@@ -441,3 +441,47 @@ def test_a_restructuredtext_title_between_two_rules_of_any_character_is_the_titl
     chapter = "\n.. _expressions:\n\n***********\nExpressions\n***********\n\nIntro.\n\nAtoms\n=====\n\nText.\n"
     d = convert(chapter.encode(), "text/x-rst", CHUNKING)
     assert d.title == "Expressions" and d.section_path_at(d.markdown.index("Text.")) == ("Expressions", "Atoms")
+
+
+# --- Man pages: roff (man(7), mdoc(7)), gzipped as installed -----------------------------------------------------
+
+ROFF_LEFT = re.compile(r"\\f[BIRP(\[]|\\-|\\\(..|\\\*|\\&|^[.'][A-Za-z\\]", re.MULTILINE)
+
+
+def test_a_man_page_is_read_as_its_sections_not_its_roff_source() -> None:
+    """ls.1 (manpages-fr) was stored as roff: one block, no heading, no title, `\\fB\\-\\-all\\fP` where a search
+    looks for `--all`, `.TP`/`.PP`/`.\\"` lines in the text."""
+    assert mime_for_path("ls.fr.1.gz") == mime_for_path("GET.1p") == mime_for_path("ls.man") == "text/troff"
+    d = doc("ls.fr.1.gz")
+    assert d.title == "ls - Afficher le contenu de répertoires", "the NAME section's line"
+    assert headings(d)[:4] == ["LS(1)", "NOM", "SYNOPSIS", "DESCRIPTION"]
+    assert {"VOIR AUSSI", "TRADUCTION", "État de fin d'exécution :"} <= set(headings(d))
+    assert not ROFF_LEFT.search(d.markdown), ROFF_LEFT.search(d.markdown)
+    option = next(b for b in d.blocks if d.markdown[b.start : b.end].startswith("-a, --all"))
+    assert d.markdown[option.start : option.end].strip() == "-a, --all\ninclure les entrées débutant par « . »"
+    assert option.section_path == ("LS(1)", "DESCRIPTION")
+    assert "ls [OPTION]... [FICHIER]..." in d.markdown
+
+
+def test_a_chinese_man_page_keeps_its_headings_and_synopsis_lines() -> None:
+    d = doc("cp.zh_TW.1.gz")
+    assert d.title == "cp - 複製檔案和目錄"
+    assert headings(d) == ["CP(1)", "名稱", "概述", "描述", "作者", "報告錯誤", "版權", "參見", "跋"]
+    assert "cp [選項]... [-T] 來源 目標\ncp [選項]... 來源... 目錄\n" in d.markdown, "`.br` keeps the lines apart"
+    assert "-a, --archive\n與 -dR --preserve=all 相同。" in d.markdown
+    assert not ROFF_LEFT.search(d.markdown)
+
+
+def test_an_mdoc_man_page_shows_its_words_not_its_macros() -> None:
+    """OpenSSH writes mdoc(7): `.Sh`, `.It Fl L Xo`, `.Sm off`, `.Op`, `.Xr`, `.Bd -literal`."""
+    d = doc("ssh.1.gz")
+    assert d.title == "ssh - OpenSSH remote login client"
+    assert headings(d)[:4] == ["SSH(1)", "NAME", "SYNOPSIS", "DESCRIPTION"]
+    assert {"AUTHENTICATION", "ESCAPE CHARACTERS", "SEE ALSO", "AUTHORS"} <= set(headings(d))
+    text = d.markdown
+    assert "-L [bind_address:]port:host:hostport\n" in text
+    assert "specified as either [user@]hostname or a URI of the form ssh://[user@]hostname[:port]. The" in text
+    assert "such as ssh-agent(1)." in text and "UNIX-domain socket" in text
+    assert "```\n# ssh -f -w 0:1 192.168.1.15 true\n# ifconfig tun0" in text, "a literal display is code"
+    assert not re.search(r"(?:^|\s)(?:Fl|Ar|Op|Xr|Nm|Sm|Xo|Xc|Ns)\s", text), "no mdoc macro left"
+    assert not ROFF_LEFT.search(text)

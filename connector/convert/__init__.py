@@ -5,6 +5,7 @@ One module per input format; each produces Markdown (or keeps the user's text as
 - plain text, reStructuredText, AsciiDoc, Org, LaTeX, source code, any other text: the text unchanged, paragraphs
   and the dialect's headings (`text.py`);
 - HTML: the page's main content converted to Markdown, then parsed as Markdown;
+- man pages (roff, man(7) or mdoc(7)): converted to Markdown (`roff.py`), then parsed as Markdown;
 - PDF: see `pdf.py`; DOCX, PPTX, ODT: `office.py`; EPUB: `epub.py`.
 What a file is comes from its bytes where they say it (`%PDF-`, a ZIP's parts, HTML's signatures, text that
 decodes), from its name otherwise: a `.txt` that holds a PDF is read as a PDF, a file with an unknown suffix is
@@ -15,10 +16,11 @@ Anything the document itself is to blame for raises a `DocumentError` subclass w
 
 from __future__ import annotations
 
+import re
 from pathlib import PurePath
 
 from connector import tokens
-from connector.convert import epub, html, markdown, office, pdf, sniff, structure, text
+from connector.convert import epub, html, markdown, office, pdf, roff, sniff, structure, text
 from connector.convert.sniff import decode
 from connector.errors import ConversionError, UnsupportedDocument
 from connector.models import Document
@@ -31,6 +33,7 @@ ODT = "application/vnd.oasis.opendocument.text"
 EPUB = "application/epub+zip"
 OCTET = "application/octet-stream"
 GZIP = ("application/gzip", "application/x-gzip")
+ROFF = "text/troff"
 
 MAX_DOCUMENT_BYTES = int(Settings.model_fields["max_document_mb"].default * 1_000_000)
 """The size limit a gzip file's content keeps to when the caller gives none: `max_document_mb`'s default."""
@@ -56,8 +59,10 @@ MIME_BY_SUFFIX = {
     ".pptx": PPTX,
     ".odt": ODT,
     ".epub": EPUB,
+    ".man": ROFF,
 }
-SUPPORTED = ", ".join(sorted(MIME_BY_SUFFIX)) + " and any other text file"
+SUPPORTED = ", ".join(sorted(MIME_BY_SUFFIX)) + ", man pages (.1 to .9) and any other text file"
+_MAN_SECTION = re.compile(r"\.[1-9][a-z]{0,6}$")  # `ls.1`, `GET.1p`, `CA.pl.1ssl`, `File::Temp.3perl`
 _TEXT_DIALECT = {"text/asciidoc": "asciidoc", "text/x-asciidoc": "asciidoc", "text/x-org": "org", "text/x-tex": "tex"}
 
 
@@ -67,7 +72,8 @@ def mime_for_path(path: str | PurePath) -> str:
     name = PurePath(path)
     if name.suffix.lower() == ".gz":
         name = name.with_suffix("")
-    return MIME_BY_SUFFIX.get(name.suffix.lower(), OCTET)
+    suffix = name.suffix.lower()
+    return ROFF if _MAN_SECTION.match(suffix) else MIME_BY_SUFFIX.get(suffix, OCTET)
 
 
 def convert(data: bytes, mime_type: str, settings: ChunkingSettings, max_bytes: int = MAX_DOCUMENT_BYTES) -> Document:
@@ -112,6 +118,9 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
                             markdown.first_title(source, blocks))  # fmt: skip
     elif mime in ("text/html", "application/xhtml+xml"):
         document = _from_html(sniff.decode_declared(data), settings)
+    elif mime == ROFF:
+        source = decode(data)
+        document = _from_roff(source) if sniff.looks_like_roff(source, named=True) else _from_text(source, None)
     elif mime.startswith("text/"):
         document = _from_text(decode(data), _TEXT_DIALECT.get(mime))
     else:
@@ -143,7 +152,9 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         except ConversionError as exc:
             what = f"not text: {exc}"
         else:
-            return _from_html(source, settings) if sniff.looks_like_html(source) else _from_text(source, None)
+            if sniff.looks_like_html(source):
+                return _from_html(source, settings)
+            return _from_roff(source) if sniff.looks_like_roff(source) else _from_text(source, None)
     else:
         what = f"looks like {what}"
     label = "" if labelled in ("", OCTET) else f" {labelled!r}"
@@ -160,6 +171,14 @@ def _from_html(source: str, settings: ChunkingSettings) -> Document:
     converted = markdown.split_large_tables(page.markdown, settings.table_max_tokens, settings.encoding)
     blocks = markdown.blocks(converted)
     return Document(converted, blocks, title=page.title or markdown.first_title(converted, blocks))
+
+
+def _from_roff(source: str) -> Document:
+    page = roff.convert(source)
+    if not visible(page.markdown):
+        raise ConversionError("man page shows no text (only roff requests and comments)")
+    blocks = markdown.blocks(page.markdown)
+    return Document(page.markdown, blocks, title=page.title or markdown.first_title(page.markdown, blocks))
 
 
 def _from_text(source: str, dialect: str | None) -> Document:

@@ -228,6 +228,21 @@ def looks_like_html(source: str) -> bool:
     return bool(_HTML_START.match(source) or _XHTML.match(source))
 
 
+# A man page: roff that opens with a comment (`.\"`, `'\"`: most carry a generator's or licence note), a title or
+# macro request, or is an include alone (`.so man1/other.1`); and has a man(7) or mdoc(7) heading within its first
+# part (pod2man's preamble runs to 150 lines before `.TH`).
+_ROFF_OPENING = re.compile(r"\A(?:[ \t]*\n)*(?:[.']\s*\\\"|\.(?:TH|Dd|Dt|de|ig|if|ds|so)[ \t])")
+_ROFF_HEADING = re.compile(r"^\.(?:TH|SH|Dd|Sh)[ \t]|\A(?:[ \t]*\n)*\.so[ \t]+\S+\s*\Z", re.MULTILINE)
+ROFF_WINDOW = 64 * 1024
+
+
+def looks_like_roff(source: str, named: bool = False) -> bool:
+    """Whether `source` is a man page's roff: by its opening and a heading request; a file `named` like one
+    (`ls.1`, `ls.fr.1.gz`) needs only the heading request, whatever comes first (a rotated `syslog.1` has none)."""
+    head = source[:ROFF_WINDOW]
+    return bool((named or _ROFF_OPENING.match(head)) and _ROFF_HEADING.search(head))
+
+
 def not_a_pdf(data: bytes) -> str:
     """Text of a file labelled PDF that is not one; raises `ConversionError` naming what it looks like instead."""
     if not data.strip():
