@@ -485,3 +485,38 @@ def test_an_mdoc_man_page_shows_its_words_not_its_macros() -> None:
     assert "```\n# ssh -f -w 0:1 192.168.1.15 true\n# ifconfig tun0" in text, "a literal display is code"
     assert not re.search(r"(?:^|\s)(?:Fl|Ar|Op|Xr|Nm|Sm|Xo|Xc|Ns)\s", text), "no mdoc macro left"
     assert not ROFF_LEFT.search(text)
+
+
+# --- Perl POD ----------------------------------------------------------------------------------------------------
+
+POD_LEFT = re.compile(r"(?:^|\s)=(?:head\d|item|over|back|cut|for|begin|end)\b|\b[BICLEFSXZ]<", re.MULTILINE)
+
+
+def prose(markdown: str) -> str:
+    """The text outside fenced code blocks."""
+    return re.sub(r"^(`{3,})\n.*?^\1$", "", markdown, flags=re.MULTILINE | re.DOTALL)
+
+
+def test_perl_pod_is_read_as_its_headings_and_items() -> None:
+    """perlfunc.pod was plain text: no heading (12 `=head`, 512 `=item`), no title, `C<...>`/`L<...>` left."""
+    d = doc("perlfunc-p1-abs-alarm.pod")
+    assert d.title == "perlfunc - Perl builtin functions", "the line under =head1 NAME"
+    found = headings(d)
+    assert found[:3] == ["NAME", "DESCRIPTION", "Perl Functions by Category"]
+    assert {"Functions for SCALARs or strings", "Alphabetical Listing of Perl Functions", "abs VALUE"} <= set(found)
+    abs_text = next(b for b in d.blocks if "Returns the absolute value" in d.markdown[b.start : b.end])
+    assert abs_text.section_path == ("DESCRIPTION", "Alphabetical Listing of Perl Functions", "abs"), "named items"
+    assert "Portability issues: alarm in perlport." in d.markdown, "L<perlport/alarm>"
+    assert "```\n    -r  File is readable by effective uid/gid." in d.markdown, "verbatim paragraphs are code"
+    assert not POD_LEFT.search(prose(d.markdown)), POD_LEFT.search(prose(d.markdown))
+    assert "X<" not in d.markdown and "\nfunction\n" not in d.markdown, "index entries (X<function>) are dropped"
+
+
+def test_pod_formatting_codes_and_lists_become_text() -> None:
+    d = doc("perlpod.pod")
+    assert d.title == "perlpod - the Plain Old Documentation format"
+    assert {"Ordinary Paragraph", "Verbatim Paragraph", "Command Paragraph", "Formatting Codes"} <= set(headings(d))
+    text = d.markdown
+    assert "Pod markup consists of three basic kinds of paragraphs: ordinary, verbatim, and command.\n" in text
+    assert "B<text> -- bold text" in headings(d), "C<< B<text> >>: a code shown as written"
+    assert "This document is in Pod format" not in text, "=for comment is dropped"

@@ -123,3 +123,12 @@ def test_a_man_page_is_known_by_its_name_or_by_its_roff() -> None:
     latin1 = page.decode().encode("latin-1", "replace")  # `é` as 0xE9
     with pytest.raises(ConversionError, match="not valid UTF-8"):
         convert(latin1, mime_for_path("ls.fr.1"), SETTINGS)
+
+
+def test_perl_pod_is_known_by_its_name_or_its_first_command() -> None:
+    """`perlpod` without `.pod` opens with a POD command (`=for comment`); a `.pm` module stays source code."""
+    pod = (FIXTURES / "real" / "perlpod.pod").read_bytes()
+    for label in (mime_for_path("perlpod.pod"), mime_for_path("perlpod")):
+        assert convert(pod, label, SETTINGS).title == "perlpod - the Plain Old Documentation format"
+    module = b"package Foo;\nuse strict;\n1;\n__END__\n\n=head1 NAME\n\nFoo - a module\n\n=cut\n"
+    assert convert(module, mime_for_path("Foo.pm"), SETTINGS).markdown == module.decode()

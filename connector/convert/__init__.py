@@ -5,7 +5,8 @@ One module per input format; each produces Markdown (or keeps the user's text as
 - plain text, reStructuredText, AsciiDoc, Org, LaTeX, source code, any other text: the text unchanged, paragraphs
   and the dialect's headings (`text.py`);
 - HTML: the page's main content converted to Markdown, then parsed as Markdown;
-- man pages (roff, man(7) or mdoc(7)): converted to Markdown (`roff.py`), then parsed as Markdown;
+- man pages (roff, man(7) or mdoc(7)) and Perl POD: converted to Markdown (`roff.py`, `pod.py`), then parsed as
+  Markdown;
 - PDF: see `pdf.py`; DOCX, PPTX, ODT: `office.py`; EPUB: `epub.py`.
 What a file is comes from its bytes where they say it (`%PDF-`, a ZIP's parts, HTML's signatures, text that
 decodes), from its name otherwise: a `.txt` that holds a PDF is read as a PDF, a file with an unknown suffix is
@@ -20,7 +21,7 @@ import re
 from pathlib import PurePath
 
 from connector import tokens
-from connector.convert import epub, html, markdown, office, pdf, roff, sniff, structure, text
+from connector.convert import epub, html, markdown, office, pdf, pod, roff, sniff, structure, text
 from connector.convert.sniff import decode
 from connector.errors import ConversionError, UnsupportedDocument
 from connector.models import Document
@@ -34,6 +35,7 @@ EPUB = "application/epub+zip"
 OCTET = "application/octet-stream"
 GZIP = ("application/gzip", "application/x-gzip")
 ROFF = "text/troff"
+POD = "text/x-pod"
 
 MAX_DOCUMENT_BYTES = int(Settings.model_fields["max_document_mb"].default * 1_000_000)
 """The size limit a gzip file's content keeps to when the caller gives none: `max_document_mb`'s default."""
@@ -60,6 +62,7 @@ MIME_BY_SUFFIX = {
     ".odt": ODT,
     ".epub": EPUB,
     ".man": ROFF,
+    ".pod": POD,
 }
 SUPPORTED = ", ".join(sorted(MIME_BY_SUFFIX)) + ", man pages (.1 to .9) and any other text file"
 _MAN_SECTION = re.compile(r"\.[1-9][a-z]{0,6}$")  # `ls.1`, `GET.1p`, `CA.pl.1ssl`, `File::Temp.3perl`
@@ -121,6 +124,8 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
     elif mime == ROFF:
         source = decode(data)
         document = _from_roff(source) if sniff.looks_like_roff(source, named=True) else _from_text(source, None)
+    elif mime == POD:
+        document = _from_pod(decode(data))
     elif mime.startswith("text/"):
         document = _from_text(decode(data), _TEXT_DIALECT.get(mime))
     else:
@@ -154,6 +159,8 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         else:
             if sniff.looks_like_html(source):
                 return _from_html(source, settings)
+            if sniff.looks_like_pod(source):
+                return _from_pod(source)
             return _from_roff(source) if sniff.looks_like_roff(source) else _from_text(source, None)
     else:
         what = f"looks like {what}"
@@ -177,6 +184,14 @@ def _from_roff(source: str) -> Document:
     page = roff.convert(source)
     if not visible(page.markdown):
         raise ConversionError("man page shows no text (only roff requests and comments)")
+    blocks = markdown.blocks(page.markdown)
+    return Document(page.markdown, blocks, title=page.title or markdown.first_title(page.markdown, blocks))
+
+
+def _from_pod(source: str) -> Document:
+    page = pod.convert(source)
+    if not visible(page.markdown):  # no POD in it (a `.pod` of Perl code only): its text as it is
+        return _from_text(source, None)
     blocks = markdown.blocks(page.markdown)
     return Document(page.markdown, blocks, title=page.title or markdown.first_title(page.markdown, blocks))
 

@@ -243,6 +243,14 @@ def looks_like_roff(source: str, named: bool = False) -> bool:
     return bool((named or _ROFF_OPENING.match(head)) and _ROFF_HEADING.search(head))
 
 
+_POD_OPENING = re.compile(r"\A(?:[ \t]*\n)*=(?:pod|head[1-6]|encoding|begin|for)\b")
+
+
+def looks_like_pod(source: str) -> bool:
+    """Whether `source` is Perl POD on its own: its first line is a POD command (`=head1 NAME`, `=pod`)."""
+    return bool(_POD_OPENING.match(source))
+
+
 def not_a_pdf(data: bytes) -> str:
     """Text of a file labelled PDF that is not one; raises `ConversionError` naming what it looks like instead."""
     if not data.strip():
