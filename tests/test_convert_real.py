@@ -55,6 +55,7 @@ def test_every_real_document_converts_with_exact_offsets(name: str) -> None:
     assert_tiles(d)
     # No metadata, no heading left; an info file's title is its first node's, which plain text does not mark.
     untitled = {"officer-table-complex.docx", "beamer-userguide-index-p226-p227.pdf", "bash.info.gz"}
+    untitled |= {"postgresql-common-dependencies.svg"}  # an SVG without a <title>
     assert d.title or name in untitled, "the others say what they are called"
     if d.page_starts:
         assert list(d.page_starts) == sorted(d.page_starts) and d.page_starts[-1] <= len(d.markdown)
@@ -520,3 +521,38 @@ def test_pod_formatting_codes_and_lists_become_text() -> None:
     assert "Pod markup consists of three basic kinds of paragraphs: ordinary, verbatim, and command.\n" in text
     assert "B<text> -- bold text" in headings(d), "C<< B<text> >>: a code shown as written"
     assert "This document is in Pod format" not in text, "=for comment is dropped"
+
+
+# --- Jupyter notebooks, e-mail, SVG ------------------------------------------------------------------------------
+
+BASE64_RUN = re.compile(r"[A-Za-z0-9+/=]{60,}")
+
+
+def test_a_notebook_is_read_as_its_cells_without_image_data() -> None:
+    """code-cells.ipynb was its raw JSON: one block, most of it base64 PNG (`"image/png": "iVBORw0…"`), no title,
+    Markdown cells as JSON string arrays with `\\n` escapes."""
+    d = doc("nbsphinx-code-cells-excerpt.ipynb")
+    assert d.title == "Code Cells", "the first heading of the first Markdown cell"
+    assert {"Code Cells", "Code, Output, Streams", "ANSI Colors"} <= set(headings(d))
+    text = d.markdown
+    assert "```python\n6 * 7\n```\n\n```text\n42\n```" in text, "a code cell, then its result"
+    assert "```python\nprint('Hello, world!')\n```\n\n```text\nHello, world!\n```" in text
+    assert not BASE64_RUN.search(text), "no image data"
+    assert '"cell_type"' not in text and "\\n" not in prose(text), "no JSON"
+    assert "BEWARE: ugly colors!" in text, "a stream's ANSI colour codes are dropped"
+
+
+def test_an_email_is_its_subject_headers_and_text_with_attachments_named() -> None:
+    """msg_07 (CPython's e-mail tests) was 90 % base64 GIF."""
+    d = doc("python-email-msg_07.eml")
+    assert d.title == "Here is your dingus fish"
+    text = d.markdown
+    assert "From: Barry <barry@digicool.com>\n" in text and "Date: Fri, 20 Apr 2001 19:35:02 -0400" in text
+    assert "Hi there,\n\nThis is the dingus fish." in text
+    assert "- dingusfish.gif (image/gif)" in text and not BASE64_RUN.search(text)
+
+
+def test_an_svg_image_is_its_text_not_its_path_data() -> None:
+    d = doc("postgresql-common-dependencies.svg")
+    assert "postgresql-client-common:all M-A:foreign" in d.markdown and "libpq5:amd64 M-A:same" in d.markdown
+    assert "<rect" not in d.markdown and "fill:" not in d.markdown and "<text" not in d.markdown

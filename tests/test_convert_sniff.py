@@ -132,3 +132,14 @@ def test_perl_pod_is_known_by_its_name_or_its_first_command() -> None:
         assert convert(pod, label, SETTINGS).title == "perlpod - the Plain Old Documentation format"
     module = b"package Foo;\nuse strict;\n1;\n__END__\n\n=head1 NAME\n\nFoo - a module\n\n=cut\n"
     assert convert(module, mime_for_path("Foo.pm"), SETTINGS).markdown == module.decode()
+
+
+def test_an_svg_image_without_its_suffix_is_read_as_one_and_one_without_text_fails_saying_so() -> None:
+    svg = (FIXTURES / "real" / "postgresql-common-dependencies.svg").read_bytes()
+    assert (
+        convert(svg, mime_for_path("dependencies"), SETTINGS).markdown
+        == convert(svg, "image/svg+xml", SETTINGS).markdown
+    )
+    drawing = svg.split(b"<g", 1)[0] + b'<path d="M289.044,71c6.51,5.823,8.749,15.918,11,26"/></svg>\n'
+    with pytest.raises(ConversionError, match="SVG image has no text"):
+        convert(drawing, mime_for_path("drawing.svg"), SETTINGS)

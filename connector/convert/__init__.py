@@ -5,8 +5,8 @@ One module per input format; each produces Markdown (or keeps the user's text as
 - plain text, reStructuredText, AsciiDoc, Org, LaTeX, source code, any other text: the text unchanged, paragraphs
   and the dialect's headings (`text.py`);
 - HTML: the page's main content converted to Markdown, then parsed as Markdown;
-- man pages (roff, man(7) or mdoc(7)) and Perl POD: converted to Markdown (`roff.py`, `pod.py`), then parsed as
-  Markdown;
+- man pages (roff, man(7) or mdoc(7)), Perl POD, Jupyter notebooks, e-mail (`.eml`) and SVG images: converted to
+  Markdown (`roff.py`, `pod.py`, `notebook.py`, `mail.py`, `svg.py`), then parsed as Markdown;
 - PDF: see `pdf.py`; DOCX, PPTX, ODT: `office.py`; EPUB: `epub.py`.
 What a file is comes from its bytes where they say it (`%PDF-`, a ZIP's parts, HTML's signatures, text that
 decodes), from its name otherwise: a `.txt` that holds a PDF is read as a PDF, a file with an unknown suffix is
@@ -21,7 +21,7 @@ import re
 from pathlib import PurePath
 
 from connector import tokens
-from connector.convert import epub, html, markdown, office, pdf, pod, roff, sniff, structure, text
+from connector.convert import epub, html, mail, markdown, notebook, office, pdf, pod, roff, sniff, structure, svg, text
 from connector.convert.sniff import decode
 from connector.errors import ConversionError, UnsupportedDocument
 from connector.models import Document
@@ -36,6 +36,9 @@ OCTET = "application/octet-stream"
 GZIP = ("application/gzip", "application/x-gzip")
 ROFF = "text/troff"
 POD = "text/x-pod"
+NOTEBOOK = "application/x-ipynb+json"
+EML = "message/rfc822"
+SVG = "image/svg+xml"
 
 MAX_DOCUMENT_BYTES = int(Settings.model_fields["max_document_mb"].default * 1_000_000)
 """The size limit a gzip file's content keeps to when the caller gives none: `max_document_mb`'s default."""
@@ -63,6 +66,9 @@ MIME_BY_SUFFIX = {
     ".epub": EPUB,
     ".man": ROFF,
     ".pod": POD,
+    ".ipynb": NOTEBOOK,
+    ".eml": EML,
+    ".svg": SVG,
 }
 SUPPORTED = ", ".join(sorted(MIME_BY_SUFFIX)) + ", man pages (.1 to .9) and any other text file"
 _MAN_SECTION = re.compile(r"\.[1-9][a-z]{0,6}$")  # `ls.1`, `GET.1p`, `CA.pl.1ssl`, `File::Temp.3perl`
@@ -126,6 +132,12 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         document = _from_roff(source) if sniff.looks_like_roff(source, named=True) else _from_text(source, None)
     elif mime == POD:
         document = _from_pod(decode(data))
+    elif mime == NOTEBOOK:
+        document = _from_page(notebook.convert(decode(data)))
+    elif mime == EML:
+        document = _from_page(mail.convert(data))
+    elif mime == SVG or (mime == OCTET and sniff.looks_like_svg(data)):
+        document = _from_page(svg.convert(data))
     elif mime.startswith("text/"):
         document = _from_text(decode(data), _TEXT_DIALECT.get(mime))
     else:
@@ -184,6 +196,12 @@ def _from_roff(source: str) -> Document:
     page = roff.convert(source)
     if not visible(page.markdown):
         raise ConversionError("man page shows no text (only roff requests and comments)")
+    blocks = markdown.blocks(page.markdown)
+    return Document(page.markdown, blocks, title=page.title or markdown.first_title(page.markdown, blocks))
+
+
+def _from_page(page: notebook.Page | mail.Page | svg.Page) -> Document:
+    """A converter's Markdown and title; the title, when it gives none, the Markdown's first heading."""
     blocks = markdown.blocks(page.markdown)
     return Document(page.markdown, blocks, title=page.title or markdown.first_title(page.markdown, blocks))
 

@@ -251,6 +251,16 @@ def looks_like_pod(source: str) -> bool:
     return bool(_POD_OPENING.match(source))
 
 
+_SVG_OPENING = re.compile(
+    rb"\A(?:\xef\xbb\xbf)?\s*(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*(?:<!DOCTYPE\s+svg[^>]*>\s*)?<svg[\s>]", re.DOTALL
+)
+
+
+def looks_like_svg(data: bytes) -> bool:
+    """Whether `data` is an SVG image: `<svg` first, after an XML declaration, comments and a doctype."""
+    return bool(_SVG_OPENING.match(data[: PDF_HEADER_WINDOW * 8]))
+
+
 def not_a_pdf(data: bytes) -> str:
     """Text of a file labelled PDF that is not one; raises `ConversionError` naming what it looks like instead."""
     if not data.strip():
