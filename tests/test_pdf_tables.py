@@ -70,6 +70,28 @@ def test_wrapped_cells_stay_in_their_row_and_the_caption_below_is_bound_to_the_t
     assert any(u.start <= start and caption < u.end for u in doc.units)
 
 
+def test_cells_centred_in_their_row_keep_their_lines_in_that_row() -> None:
+    """dblatex centres each cell vertically: a two-line description starts above its row's other cells, a one-line
+    command sits between the two lines of its description. Each description stays in its own row."""
+    doc = _convert("real/debian-reference-de-p33-p54.pdf")
+    rows = [line for table in _tables(doc) for line in table.strip().split("\n")]
+    assert "| sudo | V:638, I:823 | 5990 | Ein Programm, das Benutzern eingeschränkte root-Privilegien einräumt |" in (
+        rows
+    )
+    assert (
+        "| vim | V:97, I:390 | 3570 | Unix Texteditor Vi IMproved, ein Texteditor für Programmierer (Standardversion) |"
+    ) in rows
+    assert "| w3m | V:14, I:190 | 2828 | Textmodus-WWW-Browser |" in rows
+    assert "| gpm | V:11, I:14 | 521 | Unix-ähnliches Kopieren-und-Einfügen auf der Textkonsole (Daemon) |" in rows
+    # p. 54, two columns: the one-line command beside the middle of its two-line description
+    assert "| whoami | derzeitigen Benutzernamen anzeigen |" in rows
+    assert (
+        "| id | derzeitige Benutzeridentität anzeigen (Name, uid (Benutzer-ID), gid (Gruppen-ID) und zugehörige "
+        "Gruppen) |"
+    ) in rows
+    assert "| rmdir foo | das Verzeichnis foo im derzeitigen Verzeichnis löschen |" in rows
+
+
 def test_a_code_listing_in_columns_is_not_a_table() -> None:
     doc = _convert("lme4-lmer-jss-p3-p5.pdf")
     (block,) = [b for b in doc.blocks if "'data.frame':" in doc.markdown[b.start : b.end]]

@@ -7,9 +7,10 @@ a table when at least `MIN_ROWS` of its visual rows hold two or more lines and t
 monospaced blocks (code listings, program output) are left alone.
 
 Columns are the x-intervals of the lines in multi-cell rows, merged where they overlap. A visual row with two or
-more cells starts a table row; a single line continues the row above, so a cell wrapped over several lines stays
-one cell (when two cells of a row wrap together, the wrapped part becomes a row of its own: text kept, row
-boundary approximate).
+more cells starts a table row; a single line continues the row it belongs to (`table_rows`: the row above for a
+cell set at the top of its row, the row below for the first lines of a cell centred in it), so a cell wrapped over
+several lines stays one cell (when two cells of a row wrap together, the wrapped part becomes a row of its own:
+text kept, row boundary approximate).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 MIN_LINES = 6
 MIN_ROWS = 3
 MULTI_SHARE = 0.3  # share of the block's lines that must sit in multi-cell rows (wrapped cells are single)
+GAP_TOLERANCE = 1.0  # points: gaps between lines this close are even (rounding in the PDF's coordinates)
 MONOSPACED = 8  # PyMuPDF span flag bit
 # Fonts that embed without the monospaced flag: Latin Modern Mono, Computer Modern typewriter, Courier, ...
 MONO_FONT = re.compile(r"mono|courier|typewriter|consol|^cmtt|^sfmono|inconsolata", re.IGNORECASE)
@@ -130,15 +132,11 @@ def block_table(raw_lines: list[dict], clean) -> tuple[list[dict], Table, list[d
     after = [line.raw for row in rows[last + 1 :] for line in row]
     rows = rows[first : last + 1]
     table: list[list[list[str]]] = []
-    for row in rows:
+    for group in table_rows(rows, columns):
         cells: list[list[str]] = [[] for _ in columns]
-        for line in row:
+        for line in (line for row in group for line in row):
             cells[column_of(line, columns)].append(line.text)
-        if not table or sum(1 for cell in cells if cell) >= 2:
-            table.append(cells)
-        else:
-            for mine, extra in zip(table[-1], cells, strict=True):
-                mine.extend(extra)
+        table.append(cells)
     rendered = [[_cell("\n".join(parts), clean) for parts in row] for row in table]
     rendered = [row for row in rendered if any(row)]
     if len(rendered) < 2 or _enumerated(rendered):
@@ -148,6 +146,65 @@ def block_table(raw_lines: list[dict], clean) -> tuple[list[dict], Table, list[d
     out += ["| " + " | ".join(row) + " |" for row in body]
     top, bottom = min(line.top for row in rows for line in row), max(line.bottom for row in rows for line in row)
     return before, Table("\n".join(out), top, bottom), after
+
+
+def table_rows(rows: list[list[Line]], columns: list[tuple[float, float]]) -> list[list[list[Line]]]:
+    """The visual rows grouped into table rows: each row with lines in two or more columns starts one, and the
+    other rows (a wrapped cell's other lines) between two such rows go to the one they belong to.
+
+    A cell set at the top of its row wraps below it; one centred vertically (DocBook/dblatex) wraps above and below,
+    so its first line sits nearer the row after than the row before (debian-reference: sudo's description began in
+    vim's row). So when the last lone line before a row overlaps it in height, the lone lines between the two rows
+    are split at the widest vertical gap in the run, counting from the upper row's bottom to the lower row's top
+    (an even gap keeps them with the upper row); otherwise they all stay with the upper row, as top-aligned cells
+    need (a line set taller by a formula must not cut a paragraph beside a margin note). Lone lines before the
+    first such row open a row of their own, unless the last of them overlaps that row (a centred cell in the
+    first row)."""
+    rows = _side_by_side(rows, columns)
+    anchors = [i for i, row in enumerate(rows) if len({column_of(line, columns) for line in row}) >= 2]
+    if not anchors:
+        return [rows]
+    leading = rows[: anchors[0]]
+    if leading and _gap(leading[-1], rows[anchors[0]]) < 0:
+        groups, pending = [], leading
+    else:
+        groups, pending = ([leading] if leading else []), []
+    for k, i in enumerate(anchors):
+        end = anchors[k + 1] if k + 1 < len(anchors) else len(rows)
+        lone = rows[i + 1 : end]
+        if k + 1 < len(anchors) and lone and _gap(lone[-1], rows[end]) < -GAP_TOLERANCE:
+            bounds = [rows[i], *lone, rows[end]]
+            gaps = [_gap(upper, lower) for upper, lower in zip(bounds, bounds[1:], strict=False)]
+            widest = max(gaps)
+            split = max(n for n, gap in enumerate(gaps) if gap >= widest - GAP_TOLERANCE)
+        else:
+            split = len(lone)
+        groups.append([*pending, rows[i], *lone[:split]])
+        pending = lone[split:]
+    return groups
+
+
+def _side_by_side(rows: list[list[Line]], columns: list[tuple[float, float]]) -> list[list[Line]]:
+    """The rows with each lone line that overlaps, in height, a line of the row above in another column joined to
+    that row: a two-line cell centred beside a one-line cell shares no middle with it (debian-reference's
+    `id` beside "afficher l'identité … / associés"), but its lines overlap it."""
+    out: list[list[Line]] = []
+    for row in rows:
+        if out and len(row) == 1 and any(_overlap(line, row[0], columns) for line in out[-1]):
+            out[-1] = [*out[-1], row[0]]
+        else:
+            out.append(row)
+    return out
+
+
+def _overlap(line: Line, other: Line, columns: list[tuple[float, float]]) -> bool:
+    """The two lines overlap in height and sit in different columns."""
+    beside = column_of(line, columns) != column_of(other, columns)
+    return beside and min(line.bottom, other.bottom) - max(line.top, other.top) > GAP_TOLERANCE
+
+
+def _gap(upper: list[Line], lower: list[Line]) -> float:
+    return min(line.top for line in lower) - max(line.bottom for line in upper)
 
 
 _ENUMERATOR = re.compile(r"^(?:\(?(?:\d{1,3}|[a-z]|[ivx]{1,5})[.)]|[•◦▪▸►‣∙·–-])$", re.IGNORECASE)
