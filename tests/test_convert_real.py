@@ -54,7 +54,8 @@ def test_every_real_document_converts_with_exact_offsets(name: str) -> None:
     d = doc(name)
     assert_tiles(d)
     # No metadata, no heading left; an info file's title is its first node's, which plain text does not mark.
-    untitled = {"officer-table-complex.docx", "beamer-userguide-index-p226-p227.pdf", "bash.info.gz"}
+    untitled = {"officer-table-complex.docx", "beamer-userguide-index-p226-p227.pdf", "bash.info.gz",
+                "doxygen-manual-p29-p105.pdf"}  # fmt: skip
     untitled |= {"postgresql-common-dependencies.svg"}  # an SVG without a <title>
     untitled |= {"rustdoc-search-index-excerpt.js"}  # one line of JavaScript
     assert d.title or name in untitled, "the others say what they are called"
@@ -104,6 +105,19 @@ def test_the_body_after_a_table_of_contents_is_kept() -> None:
     assert all(d.page_at(d.markdown.index(h)) >= 6 for h in ("1.1 Main Features", "1.2 History"))
     listings = doc("listings-manual-toc-p1-p2-index-p61-p63.pdf")
     assert listings.title == "The Listings Package"  # PDF metadata
+
+
+def test_a_chapter_heading_above_the_chapters_own_contents_list_is_kept() -> None:
+    """doxygen's manual opens each chapter with "Chapter N", its title and a list of its sections with dot leaders:
+    the list goes, the heading stays, and the chapter's sections are filed under it (not under the chapter before)."""
+    d = doc("doxygen-manual-p29-p105.pdf")
+    assert {"Chapter 3", "Getting started", "Chapter 18", "Frequently Asked Questions"} <= set(headings(d))
+    assert d.section_path_at(d.markdown.index("You should use the \\mainpage command")) == (
+        "Frequently Asked Questions",
+        "18.1 How to get information on the index page in HTML?",
+    )
+    assert "Step 1: Creating a configuration file" not in d.markdown, "the chapter's contents list is navigation"
+    assert not [b for b in d.blocks if mostly_navigation(d.markdown[b.start : b.end])]
 
 
 def test_sphinx_page_keeps_its_content_and_drops_the_site_around_it() -> None:

@@ -60,10 +60,17 @@ NAV_DISTINCT_SHARE = 0.8  # entries name different things
 NAV_DISTINCT_PAGES = 0.25  # and refer to more than a few pages (the same number on every row is a value)
 NAV_PAGE_SHARE = 0.5  # a page whose text is at least this much navigation loses its short left-overs too
 LEFTOVER_WORDS = 3
+PROSE_SIZE = 0.95  # text after a contents list set at least this large, relative to the list, is the page's prose
 
 
 def _bbox(block: dict) -> tuple[float, float, float, float]:
     return tuple(block["bbox"])  # type: ignore[return-value]
+
+
+def _size(block: dict) -> float:
+    """The block's font size, weighted by characters."""
+    spans = [(span["size"], len(span["text"].strip())) for line in block["lines"] for span in line["spans"]]
+    return sum(size * n for size, n in spans) / max(sum(n for _, n in spans), 1)
 
 
 def _chars(block: dict) -> int:
@@ -248,14 +255,22 @@ def drop_navigation(blocks: list[dict]) -> list[dict]:
         return [b for b, n in zip(blocks, nav, strict=True) if not n]
     # In reading order: what comes before the list is content (a title page above a contents list), but for the
     # list's own heading right before it ("Contents"); what comes after its start is the list's (letters, entries).
+    # A list followed by prose is a chapter's own contents (minitoc) on the chapter's first page: the short blocks
+    # before it are the chapter's heading ("Chapter 3", "Getting started" in doxygen's manual), kept. Prose is set
+    # as large as the list: a footnote under a contents list is not.
     first = nav.index(True)
+    last = len(nav) - 1 - nav[::-1].index(True)
+    leftovers = [_leftover(_rows(b)) for b in blocks]
+    entries = _size(blocks[first])
+    after = zip(blocks[last + 1 :], leftovers[last + 1 :], strict=True)
+    prose = any(not left and _size(b) >= PROSE_SIZE * entries for b, left in after)
     drop = list(nav)
     i = first - 1
-    while i >= 0 and _leftover(_rows(blocks[i])):
+    while i >= 0 and leftovers[i] and not prose:
         drop[i] = True
         i -= 1
     for j in range(first + 1, len(blocks)):
-        drop[j] = drop[j] or _leftover(_rows(blocks[j]))
+        drop[j] = drop[j] or leftovers[j]
     return [b for b, d in zip(blocks, drop, strict=True) if not d]
 
 
