@@ -120,6 +120,14 @@ def test_a_chapter_heading_above_the_chapters_own_contents_list_is_kept() -> Non
     assert not [b for b in d.blocks if mostly_navigation(d.markdown[b.start : b.end])]
 
 
+def test_arabic_and_farsi_words_are_stored_as_the_letters_a_keyboard_types() -> None:
+    """The PDF writes the shaped glyphs' codes (Arabic Presentation Forms): "عربي" came out as "ﻋﺮﺑﻲ", which no
+    query typed with ordinary letters matches."""
+    d = doc("arabi-user-guide-p12.pdf")
+    assert "عربي" in d.markdown and "فارسی" in d.markdown and "مقدمة" in headings(d)[0]
+    assert not re.search(r"[\uFB50-\uFDFD\uFE70-\uFEFE]", d.markdown), "no presentation form is left"
+
+
 def test_sphinx_page_keeps_its_content_and_drops_the_site_around_it() -> None:
     d = doc("sphinx-jinja2-sandbox.html")
     assert headings(d) == ["Sandbox", "Security Considerations", "API", "Operator Intercepting"]

@@ -4,8 +4,8 @@ Per page: the layout's text blocks in reading order, one paragraph each; short b
 text become headings (`#` by size rank), small numbered blocks low on the page become footnotes, bullet glyphs
 become list items. Across pages: running headers and footers (see `remove_furniture`) and bare page numbers are
 removed (pages live in the page map); words hyphenated across a line break are joined; ligatures are unfolded;
-Unicode NFC. The result is parsed as Markdown for its blocks, each tagged with its page. Long documents are
-extracted by two worker processes, a batch of pages at a time.
+Arabic presentation forms become letters; Unicode NFC. The result is parsed as Markdown for its blocks, each tagged
+with its page. Long documents are extracted by two worker processes, a batch of pages at a time.
 
 Only bytes that are a PDF get here (`sniff.is_pdf`): PyMuPDF also opens HTML, text and images, and would render them
 as pages.
@@ -37,6 +37,11 @@ BAND_POINTS = 4.0  # vertical positions are compared in bands this many points h
 SHORT_CHARS = 120
 
 _LIGATURES = str.maketrans({"ﬀ": "ff", "ﬁ": "fi", "ﬂ": "fl", "ﬃ": "ffi", "ﬄ": "ffl", "ﬅ": "st", "ﬆ": "st"})
+# Arabic presentation forms (a letter's initial, medial, final or isolated shape, and ligatures such as lam-alef):
+# XeTeX and other shapers write the shaped glyph's code, so "العربي" is stored as "ﺍﻟﻌﺮﺑﻲ" and no query typed
+# on a keyboard matches it. NFKC folds them to the letters; only these ranges, for the reason NFKC is not used
+# on the whole text (see `clean`).
+_PRESENTATION_FORMS = re.compile(r"[\uFB50-\uFDFF\uFE70-\uFEFE]+")
 _HYPHENATED = re.compile(r"(?<=[^\W\d_])-\n(?=[a-z])")
 # Where `clean` took out a hyphen that ended a line before a lowercase letter: `dehyphenate` decides, seeing the
 # whole document, whether it split a word ("docu-ment") or was the word's own ("shell-backward-word"). A control
@@ -158,7 +163,7 @@ _JUNK_TITLE = re.compile(
 
 def _metadata_title(title: str | None) -> str | None:
     """The PDF's metadata title, unless it is empty or what a tool wrote in its place (a file name, "untitled")."""
-    title = " ".join((title or "").split())
+    title = " ".join(_letters(title or "").split())
     return title if len(title) >= 3 and not _JUNK_TITLE.match(title) else None
 
 
@@ -343,10 +348,15 @@ def clean(text: str) -> str:
     # A glyph without a Unicode mapping comes out as its font code, often a control character: at the start of a
     # line, before a space, it is a bullet (LaTeX's, in gnuplot's manual: U+0088), elsewhere a symbol we cannot name.
     text = sniff.drop_controls(_CODE_BULLET.sub(r"\1•", text), sequences=False)
+    text = _letters(text)
     # NFKC would also fold ligatures, but it rewrites too much (superscripts, fractions): NFC plus a ligature map.
     text = unicodedata.normalize("NFC", text).translate(_LIGATURES)
     text = "\n".join(line.rstrip() for line in text.strip().splitlines())
     return _HYPHENATED.sub(_BREAK, text)
+
+
+def _letters(text: str) -> str:
+    return _PRESENTATION_FORMS.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
 
 
 def dehyphenate(texts: list[list[str]]) -> list[list[str]]:
