@@ -128,6 +128,19 @@ def test_arabic_and_farsi_words_are_stored_as_the_letters_a_keyboard_types() -> 
     assert not re.search(r"[\uFB50-\uFDFD\uFE70-\uFEFE]", d.markdown), "no presentation form is left"
 
 
+def test_a_manual_page_set_by_groff_has_its_sections_title_and_options_as_typed() -> None:
+    """groff sets a man page's section names in bold at body size, left of the indented text, and every option's dash
+    as U+2212 MINUS SIGN: no heading, no title, and `--debugger` was not found."""
+    d = doc("bash-manual-groff-p1-p4-p7.pdf")
+    assert headings(d)[:5] == ["NAME", "SYNOPSIS", "COPYRIGHT", "DESCRIPTION", "OPTIONS"]
+    assert d.title == "bash \u2212 GNU Bourne-Again SHell"  # its NAME line, as the page writes it
+    assert d.section_path_at(d.markdown.index("A pipeline is a sequence")) == ("SHELL GRAMMAR", "Pipelines")
+    assert "--debugger" in d.markdown and "-c" in d.markdown and not re.search("\u2212[a-z]", d.markdown)
+    # an option in bold over its description is text of its section, not a heading
+    assert "--debugger" not in headings(d)
+    assert d.section_path_at(d.markdown.index("--debugger")) == ("OPTIONS",)
+
+
 def test_sphinx_page_keeps_its_content_and_drops_the_site_around_it() -> None:
     d = doc("sphinx-jinja2-sandbox.html")
     assert headings(d) == ["Sandbox", "Security Considerations", "API", "Operator Intercepting"]

@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 
-from connector.convert import markdown, ocr, pdf_layout, pdf_tables, slides, sniff
+from connector.convert import markdown, ocr, pdf_layout, pdf_manpage, pdf_tables, slides, sniff
 from connector.errors import ConversionError
 from connector.models import Document
 from connector.pool import usable_cores
@@ -37,6 +37,12 @@ BAND_POINTS = 4.0  # vertical positions are compared in bands this many points h
 SHORT_CHARS = 120
 
 _LIGATURES = str.maketrans({"ﬀ": "ff", "ﬁ": "fi", "ﬂ": "fl", "ﬃ": "ffi", "ﬄ": "ffl", "ﬅ": "st", "ﬆ": "st"})
+# groff (man -Tpdf, bash.pdf) sets every "\-" of a manual page as U+2212 MINUS SIGN, so each command-line option
+# ("−−login": 1,324 such signs in bash.pdf) escaped a search typed on a keyboard ("--login"). A run of them before a
+# letter is written "-" (an option's dashes; "1−p" in maths, where "-" is what a keyboard types too); elsewhere
+# ("−1", "a − b", a rule of them) the sign is kept, and so is the meaning of a line that starts with one (Markdown
+# would read "- x" as a list item).
+_OPTION_DASHES = re.compile(r"\u2212+(?=[^\W\d_])")
 # Arabic presentation forms (a letter's initial, medial, final or isolated shape, and ligatures such as lam-alef):
 # XeTeX and other shapers write the shaped glyph's code, so "العربي" is stored as "ﺍﻟﻌﺮﺑﻲ" and no query typed
 # on a keyboard matches it. NFKC folds them to the letters; only these ranges, for the reason NFKC is not used
@@ -87,6 +93,8 @@ class Para:
     page_width: float = 0.0
     frame_title: bool = False  # a slide's title: a heading whatever its size
     bold: bool = False  # every character set in a bold face
+    left: float = 0.0  # x of the block's left edge, in points
+    hanging: bool = False  # a short bold line over text indented further right (a man page's section name)
 
 
 def _mupdf():
@@ -152,7 +160,8 @@ def convert(data: bytes, settings: ChunkingSettings) -> Document:
         raise ConversionError(f"PDF has no extractable text ({count} pages{ocr.why_not(scanned, settings)})")
     starts = tuple(page_starts)
     blocks = markdown.blocks(text, starts)
-    return Document(text, blocks, starts, title=metadata_title or markdown.first_title(text, blocks, max_page=2))
+    title = metadata_title or man_title(pages) or markdown.first_title(text, blocks, max_page=2)
+    return Document(text, blocks, starts, title=title)
 
 
 _JUNK_TITLE = re.compile(
@@ -216,23 +225,32 @@ def _page_paragraphs(page, keep_navigation: bool, textpage=None) -> list[Para]:
     blocks = pdf_layout.reading_order(blocks, width, height)
     if not keep_navigation:
         blocks = pdf_layout.drop_navigation(blocks)
-    for block in pdf_tables.segment(blocks, clean):
-        if isinstance(block, pdf_tables.Table):
-            paragraphs.append(Para(block.text, block.top, block.bottom, 0.0, height, table=True, page_width=width))
-            continue
-        weighted, chars, bold = 0.0, 0, 0
-        for line in block["lines"]:
-            for span in line["spans"]:
-                n = len(span["text"].strip())
-                weighted += span["size"] * n
-                chars += n
-                bold += n if span["flags"] & BOLD or _BOLD_FONT.search(span["font"]) else 0
-        cleaned = clean("\n".join(_row_texts(block["lines"])))
-        if cleaned:
-            size = weighted / max(chars, 1)
-            top, bottom = block["bbox"][1], block["bbox"][3]
-            paragraphs.append(Para(cleaned, top, bottom, size, height, page_width=width, bold=bold == chars > 0))
+    for item, hanging in pdf_manpage.split_headings(pdf_tables.segment(blocks, clean), _bold):
+        if isinstance(item, pdf_tables.Table):
+            paragraphs.append(Para(item.text, item.top, item.bottom, 0.0, height, table=True, page_width=width))
+        else:
+            paragraphs += _paragraph(item, height, width, hanging)
     return paragraphs
+
+
+def _paragraph(block: dict, height: float, width: float, hanging: bool) -> list[Para]:
+    weighted, chars, bold = 0.0, 0, 0
+    for line in block["lines"]:
+        for span in line["spans"]:
+            n = len(span["text"].strip())
+            weighted += span["size"] * n
+            chars += n
+            bold += n if _bold(span) else 0
+    cleaned = clean("\n".join(_row_texts(block["lines"])))
+    if not cleaned:
+        return []
+    size, (left, top, _, bottom) = weighted / max(chars, 1), block["bbox"]
+    return [Para(cleaned, top, bottom, size, height, page_width=width, bold=bold == chars > 0, left=left,
+                 hanging=hanging)]  # fmt: skip
+
+
+def _bold(span: dict) -> bool:
+    return bool(span["flags"] & BOLD or _BOLD_FONT.search(span["font"]))
 
 
 def _row_texts(raw_lines: list[dict]) -> list[str]:
@@ -273,6 +291,7 @@ def render(pages: list[list[Para]], body: float) -> list[list[str]]:
         {_size_class(p.size) for ps in pages for p in ps if p.frame_title or _is_heading(p, body)}, reverse=True
     )
     level = {size: min(i + 1, 6) for i, size in enumerate(sizes)}
+    edge, ranks = _man_sections(pages)
     out = []
     for paragraphs in pages:
         rendered = []
@@ -284,12 +303,37 @@ def render(pages: list[list[Para]], body: float) -> list[list[str]]:
             elif _is_numbered_heading(p, body):
                 depth = p.text.split(None, 1)[0].rstrip(".").count(".") + 1
                 rendered.append("#" * min(len(sizes) + depth, 6) + " " + " ".join(p.text.split()))
+            elif pdf_manpage.is_section(p.hanging, p.left, edge):
+                rendered.append("#" * min(len(sizes) + ranks[round(p.left)] + 1, 6) + " " + " ".join(p.text.split()))
             elif _is_footnote(p, body):
                 rendered.append(_FOOTNOTE_MARK.sub(lambda m: f"[^{m.group(1)}]: ", _escape(p.text), count=1))
             else:
                 rendered.append(_BULLET.sub("- ", _escape(p.text)))
         out.append(_numbered(rendered))
     return out
+
+
+def _man_sections(pages: list[list[Para]]) -> tuple[float, dict[float, int]]:
+    """The document's usual left edge, and the rank of each indentation man-page section names start at."""
+    lefts: Counter[float] = Counter()
+    for paragraphs in pages:
+        for p in paragraphs:
+            lefts[round(p.left)] += 0 if p.table else len(p.text)
+    edge = pdf_manpage.body_left(lefts)
+    starts = {round(p.left) for ps in pages for p in ps if pdf_manpage.is_section(p.hanging, p.left, edge)}
+    return edge, pdf_manpage.levels(starts)
+
+
+def man_title(pages: list[list[Para]]) -> str | None:
+    """A manual page's title: its first section (NAME, NOM, ...: the name differs by language, never its place)
+    holds one line, "ls - list directory contents". Only a running header may come before it."""
+    edge, _ = _man_sections(pages)
+    first = pages[0][: EDGE_LINES + 1] if pages else []
+    for p, after in zip(first, first[1:], strict=False):
+        if pdf_manpage.is_section(p.hanging, p.left, edge):
+            title = " ".join(after.text.split())
+            return title if not after.table and len(title) <= 150 else None
+    return None
 
 
 _COUNTED = re.compile(r"^(\d{1,2})[ \t]+(?=\S)", re.MULTILINE)
@@ -351,6 +395,7 @@ def clean(text: str) -> str:
     text = _letters(text)
     # NFKC would also fold ligatures, but it rewrites too much (superscripts, fractions): NFC plus a ligature map.
     text = unicodedata.normalize("NFC", text).translate(_LIGATURES)
+    text = _OPTION_DASHES.sub(lambda m: "-" * len(m.group()), text)
     text = "\n".join(line.rstrip() for line in text.strip().splitlines())
     return _HYPHENATED.sub(_BREAK, text)
 
