@@ -141,6 +141,16 @@ def test_a_manual_page_set_by_groff_has_its_sections_title_and_options_as_typed(
     assert d.section_path_at(d.markdown.index("--debugger")) == ("OPTIONS",)
 
 
+def test_a_word_in_capitals_broken_across_lines_is_joined_and_a_dash_clause_is_no_list_item() -> None:
+    """bash.pdf breaks "COPROC" as "CO-" / "PROC" (the page writes COPROC 18 times); the lme4 paper starts a line
+    inside a paragraph with an en dash ("– that is, by simulating data"), which became a list item."""
+    bash = doc("bash-manual-groff-p1-p4-p7.pdf").markdown
+    assert "default name is COPROC." in bash and "CO-" not in bash
+    d = doc("lme4-lmer-jss-p28.pdf")
+    assert "bootstrapping\n\u2013 that is, by simulating data" in d.markdown
+    assert not [b for b in d.blocks if b.kind == "list"]
+
+
 def test_sphinx_page_keeps_its_content_and_drops_the_site_around_it() -> None:
     d = doc("sphinx-jinja2-sandbox.html")
     assert headings(d) == ["Sandbox", "Security Considerations", "API", "Operator Intercepting"]

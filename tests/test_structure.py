@@ -59,7 +59,7 @@ def test_hyphenation_and_ligatures_are_repaired() -> None:
     doc = convert(pdf.tobytes(), "application/pdf", CHUNKING)
     flat = " ".join(doc.markdown.split())
     assert "well established in the literature" in flat
-    assert "non- Negotiable" in flat, "a hyphen before a capital is a real hyphen"
+    assert "non-Negotiable" in flat, "a hyphen before a capital is a real hyphen (kept, the line joined)"
     # Ligature code points (as LaTeX PDFs yield them) are unfolded; the base-14 font above cannot draw them.
     assert clean("signi\ufb01cance of this e\ufb00ect, \ufb02ow") == "significance of this effect, flow"
 

@@ -48,8 +48,8 @@ _OPTION_DASHES = re.compile(r"\u2212+(?=[^\W\d_])")
 # on a keyboard matches it. NFKC folds them to the letters; only these ranges, for the reason NFKC is not used
 # on the whole text (see `clean`).
 _PRESENTATION_FORMS = re.compile(r"[\uFB50-\uFDFF\uFE70-\uFEFE]+")
-_HYPHENATED = re.compile(r"(?<=[^\W\d_])-\n(?=[a-z])")
-# Where `clean` took out a hyphen that ended a line before a lowercase letter: `dehyphenate` decides, seeing the
+_HYPHENATED = re.compile(r"(?<=[^\W\d_])-\n(?=[^\W\d_])")
+# Where `clean` took out a hyphen that ended a line before a letter: `dehyphenate` decides, seeing the
 # whole document, whether it split a word ("docu-ment") or was the word's own ("shell-backward-word"). A control
 # character: `clean` has dropped every one the PDF held before it writes this one.
 _BREAK = "\x02"  # and not whitespace: str.split() takes \x1c-\x1f for spaces
@@ -75,6 +75,9 @@ _BOLD_FONT = re.compile(r"bold|black|heavy|^cmbx|^lmbx|\.b$|-b$", re.IGNORECASE)
 _NUMBERED_HEADING = re.compile(r"^(?:[A-Z]|\d{1,2})(?:\.\d{1,2}){0,4}\.?\s+[^\W\d_]", re.UNICODE)
 WATERMARK_WORDS = 3  # a paragraph this short on at least half of the pages, anywhere, is a watermark ("DRAFT")
 _BULLET = re.compile(r"^[•◦▪▸►‣∙·–]\s*", re.MULTILINE)
+# A middle dot or an en dash that starts a line inside a paragraph is a product or a dash clause ("– searching for
+# the maintainer –"), not an item: those two are bullets only in a paragraph that opens with a bullet.
+_BULLET_GLYPH = re.compile(r"^[•◦▪▸►‣∙]\s*", re.MULTILINE)
 _CODE_BULLET = re.compile(r"^([ \t]*)[\x01-\x08\x0e-\x1f\x7f-\x9f](?=[ \t])", re.MULTILINE)
 _FOOTNOTE_MARK = re.compile(r"^(\d{1,3}|[*†‡§¶])\s+(?=[A-Za-z“\"(])")
 _MARKDOWN_START = re.compile(r"^(?=[#>|]|[-=]{3,}\s*$)", re.MULTILINE)
@@ -308,7 +311,7 @@ def render(pages: list[list[Para]], body: float) -> list[list[str]]:
             elif _is_footnote(p, body):
                 rendered.append(_FOOTNOTE_MARK.sub(lambda m: f"[^{m.group(1)}]: ", _escape(p.text), count=1))
             else:
-                rendered.append(_BULLET.sub("- ", _escape(p.text)))
+                rendered.append((_BULLET if _BULLET.match(p.text) else _BULLET_GLYPH).sub("- ", _escape(p.text)))
         out.append(_numbered(rendered))
     return out
 
@@ -418,7 +421,10 @@ def dehyphenate(texts: list[list[str]]) -> list[list[str]]:
 
     def join(m: re.Match) -> str:
         left, right = m.group(1), m.group(2)
-        hyphenated = compounds[f"{left}-{right}".lower()] > words[f"{left}{right}".lower()]
+        written, joined = compounds[f"{left}-{right}".lower()], words[f"{left}{right}".lower()]
+        # Before a capital the hyphen is kept unless the document writes the word joined: "US-ASCII", "HP-GL" are
+        # compounds, "REDIREC-TIONS" (a heading in capitals) is "redirections" everywhere else.
+        hyphenated = written > joined if right[0].islower() else written >= joined
         return f"{left}-{right}" if hyphenated else left + right
 
     def fixed(text: str) -> str:
