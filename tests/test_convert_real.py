@@ -602,3 +602,13 @@ def test_an_svg_image_is_its_text_not_its_path_data() -> None:
     d = doc("postgresql-common-dependencies.svg")
     assert "postgresql-client-common:all M-A:foreign" in d.markdown and "libpq5:amd64 M-A:same" in d.markdown
     assert "<rect" not in d.markdown and "fill:" not in d.markdown and "<text" not in d.markdown
+
+
+def test_ligatures_a_font_gives_as_control_codes_are_letters_again() -> None:
+    """R's Sweave vignettes (LaTeX, T1 encoding, no Unicode map for the ligatures) give "fi", "ffi" as the font codes
+    28 and 30: dropped as control characters, "defined" was "dened" and "coefficient" "coecient", which no search
+    for the word finds."""
+    d = doc("survival-concordance-p1.pdf")
+    assert "The concordance C is defined as the fraction of concordant pairs" in d.markdown
+    assert "coefficient" in d.markdown
+    assert "dened" not in d.markdown and "coecient" not in d.markdown

@@ -78,6 +78,11 @@ _BULLET = re.compile(r"^[•◦▪▸►‣∙·–]\s*", re.MULTILINE)
 # A middle dot or an en dash that starts a line inside a paragraph is a product or a dash clause ("– searching for
 # the maintainer –"), not an item: those two are bullets only in a paragraph that opens with a bullet.
 _BULLET_GLYPH = re.compile(r"^[•◦▪▸►‣∙]\s*", re.MULTILINE)
+# TeX's T1 (Cork) encoding puts its ligatures at font codes 27-31; a font without a Unicode map (R's vignettes made
+# with Sweave, many older LaTeX PDFs) gives those codes as control characters, which dropped, left "dened", "rst",
+# "eect" for "defined", "first", "effect". Taken for ligatures only beside a letter.
+_T1_LIGATURES = {"\x1b": "ff", "\x1c": "fi", "\x1d": "fl", "\x1e": "ffi", "\x1f": "ffl"}
+_CODE_LIGATURE = re.compile(r"(?<=[^\W\d_])[\x1b-\x1f]|[\x1b-\x1f](?=[^\W\d_])")
 _CODE_BULLET = re.compile(r"^([ \t]*)[\x01-\x08\x0e-\x1f\x7f-\x9f](?=[ \t])", re.MULTILINE)
 _FOOTNOTE_MARK = re.compile(r"^(\d{1,3}|[*†‡§¶])\s+(?=[A-Za-z“\"(])")
 _MARKDOWN_START = re.compile(r"^(?=[#>|]|[-=]{3,}\s*$)", re.MULTILINE)
@@ -394,6 +399,7 @@ def _escape(text: str) -> str:
 def clean(text: str) -> str:
     # A glyph without a Unicode mapping comes out as its font code, often a control character: at the start of a
     # line, before a space, it is a bullet (LaTeX's, in gnuplot's manual: U+0088), elsewhere a symbol we cannot name.
+    text = _CODE_LIGATURE.sub(lambda m: _T1_LIGATURES[m.group()], text)
     text = sniff.drop_controls(_CODE_BULLET.sub(r"\1•", text), sequences=False)
     text = _letters(text)
     # NFKC would also fold ligatures, but it rewrites too much (superscripts, fractions): NFC plus a ligature map.
