@@ -34,6 +34,12 @@ def _notify_payload(dsn: str) -> str:
     return body.split("pg_notify(", 1)[1].split(",", 1)[1].rsplit(")", 1)[0].strip()
 
 
+def _has_column(dsn: str, table: str, column: str) -> bool:
+    query = "SELECT FROM information_schema.columns WHERE table_schema = 'connector' AND table_name = %s AND "
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(query + "column_name = %s", (table, column)).fetchone() is not None
+
+
 def test_upgrade_downgrade_upgrade(dsn: str) -> None:
     migrate(dsn, 384, "0014")
     index = _chunks_hnsw(dsn)
@@ -42,7 +48,9 @@ def test_upgrade_downgrade_upgrade(dsn: str) -> None:
     assert tables(dsn) == TABLES
     assert _chunks_hnsw(dsn) is None, "0015: an empty table has no HNSW index until it is large (build_vector_index)"
     assert _notify_payload(dsn) == "''", "0016: one notification per transaction (a payload every row shares)"
+    assert _has_column(dsn, "documents", "file_ctime_ns"), "0017: the ctime a folder file was hashed with"
     migrate(dsn, 384, "0014", downgrade=True)
+    assert not _has_column(dsn, "documents", "file_ctime_ns"), "down from 0017: gone"
     assert "hnsw" in (_chunks_hnsw(dsn) or ""), "down from 0015: the index is back"
     assert _notify_payload(dsn) == "NEW.id::text", "down from 0016: the row's id again"
     migrate(dsn, 384)

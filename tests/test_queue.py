@@ -3,6 +3,7 @@ try cap, `retry`, rows that requeue on content changes, and users' tables watche
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -311,6 +312,62 @@ def test_a_folder_renamed_while_its_rows_are_held_is_read_where_it_went(settings
         folder.rescan(store, inbox, False, touched.append)
         assert touched == [inbox / "renamed" / "f0.txt"], "a rescan looks at it again, and at nothing else"
         assert folder.handle(store, inbox, inbox / "renamed" / "f0.txt", 10**7) is not None, "queued again"
+
+
+def test_bytes_replaced_at_the_same_size_and_mtime_while_nobody_watched_are_read_again(settings: Settings) -> None:
+    """`rsync -a`, `cp -p`, `tar x` replace a file's bytes and set its mtime back: at the same size, a rescan took it
+    for unchanged and the database kept the old content for good. Its ctime, which no tool sets back, gives it away;
+    a file left alone is still not read, nor queued."""
+    dsn = settings.dsn.get_secret_value()
+    inbox = settings.watch_dir
+    inbox.mkdir(parents=True)
+    (inbox / "kept.txt").write_text("A file nobody touches while the sidecar is down. " * 40)
+    synced = inbox / "synced.txt"
+    synced.write_text("The first version of the release notes. " * 40)
+    assert folder.scan(settings, dsn) == 2
+    with connect(dsn, autocommit=True) as conn:
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [inbox])
+        assert worker.drain(threading.Event()) == 2
+
+        old = synced.stat()
+        synced.write_text("The final version of the release notes. " * 40)  # the sidecar is down
+        os.utime(synced, ns=(old.st_atime_ns, old.st_mtime_ns))
+        assert (synced.stat().st_size, synced.stat().st_mtime_ns) == (old.st_size, old.st_mtime_ns)
+        assert folder.scan(settings, dsn) == 1, "the replaced file is queued again, the one left alone is not"
+        pending = conn.execute("SELECT source_key FROM connector.documents WHERE status = 'pending'").fetchall()
+        assert pending == [("synced.txt",)]
+        assert worker.drain(threading.Event()) == 1
+        markdown = conn.execute("SELECT markdown FROM connector.documents WHERE source_key = 'synced.txt'").fetchone()
+        assert "final version" in markdown[0] and "first version" not in markdown[0]
+        assert_consistent(conn)
+
+        touched: list[Path] = []
+        folder.rescan(Store(conn), inbox.resolve(), False, touched.append)
+        assert touched == [], "an unchanged folder is rescanned without reading its files"
+
+
+def test_rows_hashed_before_the_ctime_was_recorded_are_hashed_once_not_queued(settings: Settings) -> None:
+    """Rows written before migration 0017 have no ctime: the next rescan reads their files once, records it, and
+    queues nothing whose bytes are the row's."""
+    dsn = settings.dsn.get_secret_value()
+    inbox = settings.watch_dir
+    inbox.mkdir(parents=True)
+    (inbox / "old.txt").write_text("A file hashed by a connector that did not record ctimes. " * 40)
+    assert folder.scan(settings, dsn) == 1
+    with connect(dsn, autocommit=True) as conn:
+        assert Worker(conn, Pipeline(settings, FakeEmbedder()), [inbox]).drain(threading.Event()) == 1
+        conn.execute("UPDATE connector.documents SET file_ctime_ns = NULL")
+        store = Store(conn)
+        touched: list[Path] = []
+        folder.rescan(store, inbox.resolve(), False, touched.append)
+        assert touched == [inbox.resolve() / "old.txt"], "read once"
+        assert folder.scan(settings, dsn) == 0, "the same bytes: nothing queued"
+        assert _status(conn) == {"done": 1}
+        ctime = conn.execute("SELECT file_ctime_ns FROM connector.documents").fetchone()[0]
+        assert ctime == (inbox / "old.txt").stat().st_ctime_ns
+        touched.clear()
+        folder.rescan(store, inbox.resolve(), False, touched.append)
+        assert touched == [], "and not again"
 
 
 def test_only_their_owner_can_attach_the_watch_functions(settings: Settings) -> None:

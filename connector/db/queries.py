@@ -16,11 +16,12 @@ SCHEMA_REVISION = "SELECT version_num FROM connector.alembic_version"
 # while processing: pending with a fresh budget, so the running worker's result does not mark it done.
 ENQUEUE_FILE = """
 INSERT INTO connector.documents AS d
-    (source, source_key, title, mime_type, file_path, status, queued_hash, file_size, file_mtime_ns)
-VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'pending', %(hash)s, %(size)s, %(mtime)s)
+    (source, source_key, title, mime_type, file_path, status, queued_hash, file_size, file_mtime_ns, file_ctime_ns)
+VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'pending', %(hash)s, %(size)s, %(mtime)s, %(ctime)s)
 ON CONFLICT (source, source_key) DO UPDATE
     SET status = 'pending', mime_type = EXCLUDED.mime_type, file_path = EXCLUDED.file_path, updated_at = now(),
         queued_hash = EXCLUDED.queued_hash, file_size = EXCLUDED.file_size, file_mtime_ns = EXCLUDED.file_mtime_ns,
+        file_ctime_ns = EXCLUDED.file_ctime_ns,
         -- already waiting: its budget and backoff as they were; otherwise new bytes get a fresh budget
         retries = CASE WHEN d.status = 'pending' THEN d.retries ELSE 0 END,
         retry_after = CASE WHEN d.status = 'pending' THEN d.retry_after END
@@ -36,12 +37,15 @@ UPDATE connector.documents SET file_path = %(path)s, updated_at = now()
 WHERE source = 'folder' AND source_key = %(key)s AND file_path IS DISTINCT FROM %(path)s
 """
 
-# The file was hashed and nothing needed queueing: remember its signature, so the next rescan does not read it again.
+# The file was hashed and nothing needed queueing (its bytes are the row's: touched, chmod-ed, renamed back, or a row
+# from before 0017 without a ctime): remember its signature, so the next rescan does not read it again.
 # Waiting rows are left untouched (an update would NOTIFY again); they are read again at the next rescan.
 REFRESH_FILE_SIGNATURE = """
-UPDATE connector.documents SET file_size = %(size)s, file_mtime_ns = %(mtime)s, queued_hash = %(hash)s
+UPDATE connector.documents
+SET file_size = %(size)s, file_mtime_ns = %(mtime)s, file_ctime_ns = %(ctime)s, queued_hash = %(hash)s
 WHERE source = 'folder' AND source_key = %(key)s AND status <> 'pending'
-  AND (file_size, file_mtime_ns, queued_hash) IS DISTINCT FROM (%(size)s::bigint, %(mtime)s::bigint, %(hash)s::text)
+  AND (file_size, file_mtime_ns, file_ctime_ns, queued_hash)
+      IS DISTINCT FROM (%(size)s::bigint, %(mtime)s::bigint, %(ctime)s::bigint, %(hash)s::text)
 """
 
 # A file in the watched folder that will not be processed as it is (unreadable, too large, unsupported type, a name
@@ -50,23 +54,25 @@ WHERE source = 'folder' AND source_key = %(key)s AND status <> 'pending'
 # something changed, so each reason is logged once, across rescans and replicas.
 RECORD_FILE_FAILURE = """
 INSERT INTO connector.documents AS d
-    (source, source_key, title, mime_type, file_path, status, last_error, file_size, file_mtime_ns)
-VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'failed', %(error)s, %(size)s, %(mtime)s)
+    (source, source_key, title, mime_type, file_path, status, last_error, file_size, file_mtime_ns, file_ctime_ns)
+VALUES ('folder', %(key)s, %(title)s, %(mime)s, %(path)s, 'failed', %(error)s, %(size)s, %(mtime)s, %(ctime)s)
 ON CONFLICT (source, source_key) DO UPDATE
     SET status = 'failed', last_error = EXCLUDED.last_error, failed_hash = NULL, queued_hash = NULL,
         mime_type = EXCLUDED.mime_type, file_path = EXCLUDED.file_path, file_size = EXCLUDED.file_size,
-        file_mtime_ns = EXCLUDED.file_mtime_ns, retry_after = NULL, updated_at = now()
+        file_mtime_ns = EXCLUDED.file_mtime_ns, file_ctime_ns = EXCLUDED.file_ctime_ns, retry_after = NULL,
+        updated_at = now()
     WHERE d.status <> 'processing'
       AND (d.status <> 'failed' OR d.last_error IS DISTINCT FROM EXCLUDED.last_error OR d.failed_hash IS NOT NULL)
 RETURNING id
 """
 
-# A rescan's view of the folder rows: a file whose size and mtime match a row that was read with them is not read
-# again. `read` is false for rows whose bytes were never hashed (unreadable, too large, unsupported, older rows), and
-# for rows that failed before their bytes were read (the file was not there when its worker looked: renamed away,
-# say), which a rescan looks at again instead of leaving them failed for good.
+# A rescan's view of the folder rows: a file whose size, mtime and ctime match a row that was read with them is not
+# read again (a row without a ctime, hashed before migration 0017, is read once more). `read` is false for rows whose
+# bytes were never hashed (unreadable, too large, unsupported, older rows), and for rows that failed before their
+# bytes were read (the file was not there when its worker looked: renamed away, say), which a rescan looks at again
+# instead of leaving them failed for good.
 FOLDER_SIGNATURES = """
-SELECT source_key, file_path, file_size, file_mtime_ns,
+SELECT source_key, file_path, file_size, file_mtime_ns, file_ctime_ns,
        CASE WHEN status = 'failed' THEN failed_hash IS NOT NULL
             ELSE queued_hash IS NOT NULL OR failed_hash IS NOT NULL END AS read
 FROM connector.documents

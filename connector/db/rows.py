@@ -10,6 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+FileSignature = tuple[int, int, int]
+"""A folder file's (st_size, st_mtime_ns, st_ctime_ns) when it was hashed. The ctime is there because tools that keep
+the mtime (`rsync -a`, `cp -p`, `tar x`) can replace bytes at the same size and mtime; no tool can set a ctime back."""
+
 
 @dataclass(frozen=True, slots=True)
 class FolderSignature:
@@ -19,12 +23,15 @@ class FolderSignature:
     file_path: str
     file_size: int | None
     file_mtime_ns: int | None
+    file_ctime_ns: int | None  # NULL on rows hashed before migration 0017: their files are hashed once more
     read: bool  # its bytes were hashed (not for unreadable, too large, unsupported files, or older rows)
 
     @property
-    def signature(self) -> tuple[int, int] | None:
-        """(size, mtime_ns) when the file was last hashed."""
-        return (self.file_size, self.file_mtime_ns) if self.file_size is not None else None
+    def signature(self) -> FileSignature | None:
+        """(size, mtime_ns, ctime_ns) when the file was last hashed; None when not all three were recorded."""
+        if self.file_size is None or self.file_mtime_ns is None or self.file_ctime_ns is None:
+            return None
+        return (self.file_size, self.file_mtime_ns, self.file_ctime_ns)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from connector.db import embeddings, queries
 from connector.db.rows import (
     DocumentKey,
     Failure,
+    FileSignature,
     FolderFile,
     FolderSignature,
     FoundDocument,
@@ -143,13 +144,13 @@ class Store:
         self.conn = conn
 
     def enqueue_file(
-        self, key: str, path: Path, mime: str, content_hash: str, signature: tuple[int, int] | None = None
+        self, key: str, path: Path, mime: str, content_hash: str, signature: FileSignature | None = None
     ) -> int | None:
         """Queue a file; None when its row already stands for these exact bytes (stored, failed, waiting or being
-        processed). `signature` (size, mtime_ns) is what the file looked like when it was hashed."""
-        size, mtime = signature or (None, None)
+        processed). `signature` (size, mtime_ns, ctime_ns) is what the file looked like when it was hashed."""
+        size, mtime, ctime = signature or (None, None, None)
         params = {"key": key, "title": path.name, "mime": mime, "path": str(path), "hash": content_hash,
-                  "size": size, "mtime": mtime}  # fmt: skip
+                  "size": size, "mtime": mtime, "ctime": ctime}  # fmt: skip
         with self.conn.transaction():
             row = self.conn.execute(queries.ENQUEUE_FILE, params).fetchone()
             if row is None:
@@ -159,13 +160,13 @@ class Store:
         return row[0] if row else None
 
     def record_file_failure(
-        self, key: str, path: str, mime: str | None, error: str, signature: tuple[int, int] | None
+        self, key: str, path: str, mime: str | None, error: str, signature: FileSignature | None
     ) -> int | None:
         """A folder file that will not be processed as it is, as a failed row with the reason; the document id when
         the row changed (new, or another reason), None when it already said so."""
-        size, mtime = signature or (None, None)
+        size, mtime, ctime = signature or (None, None, None)
         params = {"key": key, "title": path.rsplit("/", 1)[-1], "mime": mime, "path": path, "error": error[:4000],
-                  "size": size, "mtime": mtime}  # fmt: skip
+                  "size": size, "mtime": mtime, "ctime": ctime}  # fmt: skip
         with self.conn.transaction():
             row = self.conn.execute(queries.RECORD_FILE_FAILURE, params).fetchone()
         return row[0] if row else None

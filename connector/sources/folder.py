@@ -3,8 +3,8 @@
 A file is keyed by its POSIX path relative to the folder. One that cannot be processed as it is (unreadable, too
 large, not a regular file, a name that is not UTF-8) becomes a `failed` row with the reason, logged once: no file is
 silently dropped. A file of a type we cannot read is queued all the same and fails at conversion, saying what it
-looks like. A rescan reads only files whose size or modification time differ from what their row was hashed with,
-and removes the documents of files that are gone. The live watcher is `connector.sources.watcher`.
+looks like. A rescan reads only files whose size, modification time or inode change time differ from what their row
+was hashed with, and removes the documents of files that are gone. The live watcher is `connector.sources.watcher`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from connector.convert import mime_for_path
 from connector.db.database import connect
+from connector.db.rows import FileSignature
 from connector.db.store import Store
 from connector.settings import Settings
 from connector.sources.files import NotRegularFile, TooLarge, open_regular, sha256_regular
@@ -122,8 +123,10 @@ def walk_paths(root: Path, unlisted: list[Path] | None = None) -> Iterator[Path]
                 yield Path(dirpath) / name
 
 
-def file_signature(st: os.stat_result) -> tuple[int, int]:
-    return st.st_size, st.st_mtime_ns
+def file_signature(st: os.stat_result) -> FileSignature:
+    """What a file looked like when it was hashed. Size and mtime alone miss bytes replaced by a tool that keeps the
+    mtime (`rsync -a`, `cp -p`, `tar x`) at the same size; the ctime moves on every write and cannot be set back."""
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def queue_file(store: Store, ref: FileRef, max_bytes: int) -> int | None:
@@ -172,10 +175,10 @@ def handle(store: Store, root: Path, path: Path, max_bytes: int) -> int | None:
 def rescan(
     store: Store, root: Path, keep_deleted: bool, changed: Callable[[Path], None], unlisted: list[Path] | None = None
 ) -> list[str]:
-    """Walk the folder and call `changed` for every file that may need queueing: not in the database, or with a size
-    or modification time other than the one its row was read with, or no longer readable. Returns the keys of
-    documents whose files are gone (to be deleted unless `keep_deleted`); the folders it could not list are added to
-    `unlisted`."""
+    """Walk the folder and call `changed` for every file that may need queueing: not in the database, or with a
+    signature (size, mtime, ctime) other than the one its row was read with, or no longer readable. Returns the keys
+    of documents whose files are gone (to be deleted unless `keep_deleted`); the folders it could not list are added
+    to `unlisted`."""
     known = store.folder_signatures(root)
     seen: set[str] = set()
     unlisted = [] if unlisted is None else unlisted
@@ -206,8 +209,8 @@ def _gone(file_path: str) -> bool:
         return False
 
 
-def _unchanged(path: Path, signature: tuple[int, int]) -> bool:
-    """Same size and mtime as when hashed, and still a readable regular file (opened, not read)."""
+def _unchanged(path: Path, signature: FileSignature) -> bool:
+    """Same size, mtime and ctime as when hashed, and still a readable regular file (opened, not read)."""
     try:
         with open_regular(path, None) as (_f, st):
             return file_signature(st) == signature

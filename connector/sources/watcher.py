@@ -36,6 +36,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from connector.db.database import connect, guard_session
+from connector.db.rows import FileSignature
 from connector.db.store import Store
 from connector.errors import TransientError
 from connector.logs import printable
@@ -97,7 +98,7 @@ class FolderWatcher:
         self.rescan_seconds = settings.rescan_seconds
         self.lease_seconds = settings.lease_seconds
         self._ops: list[tuple[str, ...]] = []  # deletes and renames, applied by the settle thread in order
-        self._pending: dict[Path, tuple[float, tuple[int, int] | None]] = {}
+        self._pending: dict[Path, tuple[float, FileSignature | None]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._rescan_reason: str | None = "start"
@@ -318,9 +319,9 @@ class FolderWatcher:
             except Exception:  # one odd operation must not stop the others (the next rescan repairs it)
                 log.exception("could not apply %s", printable(repr(op)))
 
-    def _settled(self) -> list[tuple[Path, tuple[int, int]]]:
-        """Paths whose size and mtime have been stable for `settle_seconds`. They stay pending until `_forget`, so a
-        batch cut short by a lost connection is picked up again when it is back."""
+    def _settled(self) -> list[tuple[Path, FileSignature]]:
+        """Paths whose signature (size, mtime, ctime) has been stable for `settle_seconds`. They stay pending until
+        `_forget`, so a batch cut short by a lost connection is picked up again when it is back."""
         now = time.monotonic()
         ready = []
         with self._lock:
@@ -329,14 +330,14 @@ class FolderWatcher:
                     st = path.lstat() if path.is_symlink() else path.stat()
                 except OSError:
                     st = None
-                signature = file_signature(st) if st is not None else (-1, -1)  # gone, or a loop: handle() decides
+                signature = file_signature(st) if st is not None else (-1, -1, -1)  # gone, or a loop: handle() decides
                 if signature != seen:
                     self._pending[path] = (now, signature)
                 elif now - since >= self.settle_seconds:
                     ready.append((path, signature))
         return ready
 
-    def _forget(self, path: Path, signature: tuple[int, int]) -> None:
+    def _forget(self, path: Path, signature: FileSignature) -> None:
         """Done with `path`, unless it changed (or had another event) while it was being queued."""
         with self._lock:
             if self._pending.get(path, (0.0, None))[1] == signature:
