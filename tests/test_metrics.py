@@ -303,7 +303,7 @@ def test_a_line_without_whitespace_costs_no_vector_per_piece_and_changes_no_vect
     assert (ends - starts).max() <= LONG_WORD_CHARS + 200, "the 52,092-character run is cut"
     assert "".join(text[a:b] for a, b in zip(starts, ends, strict=True)) == "".join(text.split())
     encoder = StaticEncoder(models_dir)  # a cache of its own: every word is new to it
-    encoder.spans("the model's own vectors, read once per thread")
+    encoder.spans("this thread's copy of the model, made once")
     tokenizer = encoder._model().tokenizer
     tokenizer.no_truncation()
     pieces = sum(len(e.ids) for e in tokenizer.encode_batch_fast(text.split(), add_special_tokens=False))
