@@ -111,3 +111,129 @@ def test_thousands_of_headings_that_run_on_convert_in_linear_time() -> None:
     assert time.perf_counter() - started < 30  # moving each heading's rest out of it was quadratic: minutes
     assert headings(d) == [f"Entry {i}" for i in range(5000)]
     assert d.markdown.endswith("## Entry 4999\n\nText of entry 4999.\n")
+
+
+# --- API references and book sites: doxygen, javadoc, rustdoc, Publican -----------------------------------------------
+
+
+def test_a_contents_class_is_removed_only_when_it_holds_a_table_of_contents() -> None:
+    """Doxygen wraps the whole page body in `<div class="contents">`: removed as a table of contents by its class, a
+    302 KB header's reference page kept 183 characters. A table of contents is what is mostly links, and not the
+    whole page; doxygen's own `div.toc` inside its `div.contents` still goes."""
+    prose = "Creates a 2D rendering context for a window, which draws with the given flags. " * 3
+    d = page(
+        '<html><title>SDL: SDL_render.h File Reference</title><body><div id="titlearea"><table><tr><td>SDL 2.0'
+        '</td></tr></table></div><div class="header"><div class="headertitle"><div class="title">SDL_render.h File '
+        'Reference</div></div></div><div class="contents"><div class="toc"><h3>Table of Contents</h3><ul>'
+        '<li><a href="#f">Functions</a></li><li><a href="#d">Function Documentation</a></li></ul></div>'
+        '<table class="memberdecls"><tr class="heading"><td colspan="2"><h2 class="groupheader">Functions</h2>'
+        '</td></tr><tr><td class="memItemLeft">int&#160;</td><td class="memItemRight">'
+        '<a href="#a1">SDL_GetNumRenderDrivers</a> (void)</td></tr></table>'
+        '<h2 class="groupheader">Function Documentation</h2><h2 class="memtitle"><span class="permalink">'
+        f'<a href="#a2">&#9670;&#160;</a></span>SDL_CreateRenderer()</h2><div class="memdoc"><p>{prose}</p>'
+        '<div class="fragment"><div class="line"><a id="l00001"></a><span class="lineno">    1</span>'
+        '<span class="keyword">if</span> (!renderer) {</div><div class="line"><span class="lineno">    2</span>'
+        '    <a href="#e">SDL_GetError</a>();</div><div class="line"><span class="lineno">    3</span>}</div>'
+        '<div class="ttc" id="t1"><div class="ttname"><a href="#e">SDL_GetError</a></div></div></div>'
+        "</div></div></body></html>"
+    )
+    assert_tiles(d)
+    assert prose.strip() in d.markdown, "the page body is kept"
+    assert "Table of Contents" not in d.markdown and "SDL 2.0" not in d.markdown and "◆" not in d.markdown
+    assert [b.section_path for b in d.blocks if b.kind == "heading"] == [
+        ("SDL_render.h File Reference",),
+        ("SDL_render.h File Reference", "Functions"),
+        ("SDL_render.h File Reference", "Function Documentation"),
+        ("SDL_render.h File Reference", "Function Documentation", "SDL_CreateRenderer()"),
+    ]
+    assert "\nint [SDL\\_GetNumRenderDrivers](#a1) (void)\n" in d.markdown, "a declaration is one line"
+    assert "```\nif (!renderer) {\n    SDL_GetError();\n}\n```" in d.markdown, "a listing is code, no line numbers"
+    texinfo = page(
+        '<div class="contents"><h2 class="contents-heading">Table of Contents</h2><ul><li><a href="#i">1 '
+        'Introduction</a></li><li><a href="#u">2 Usage</a></li></ul></div><h2 id="i">1 Introduction</h2>'
+        f"<p>{prose}</p>"
+    )
+    assert "Table of Contents" not in texinfo.markdown and headings(texinfo) == ["1 Introduction"]
+    index = page('<h1>Files</h1><div class="contents"><ul><li><a href="a.html">a.h</a> Audio</li><li>'
+                 '<a href="v.html">video.h</a> Video</li></ul></div>')  # fmt: skip
+    assert "[video.h](v.html) Video" in index.markdown, "a list of links that is the whole page is its content"
+
+
+def test_lists_whose_items_hold_sections_are_structure_not_lists() -> None:
+    """The javadoc doclet (JDK 9 and later) puts each section and each method's `<h3>` in `<ul><li><section>`:
+    `- ## Method Details`, `  - ### charAt` came out as one list block of the whole page, without a heading."""
+    methods = "".join(
+        f'<li><section class="detail" id="m{i}"><h3>method{i}</h3><div class="member-signature">public int '
+        f'method{i}()</div><div class="block">Returns the value number {i}.</div><dl class="notes"><dt>Returns:'
+        f"</dt><dd>the value</dd></dl></section></li>"
+        for i in range(3)
+    )
+    d = page(
+        '<main role="main"><h1 class="title">Class String</h1><section class="details"><ul class="details-list">'
+        '<li><section class="method-details"><h2>Method Details</h2><ul class="member-list">'
+        f"{methods}</ul></section></li></ul></section><ul><li>An ordinary list</li><li>stays a list</li></ul></main>"
+    )
+    assert_tiles(d)
+    assert [b.section_path for b in d.blocks if b.kind == "heading"] == [
+        ("Class String",), ("Class String", "Method Details"),
+        *[("Class String", "Method Details", f"method{i}") for i in range(3)],
+    ]  # fmt: skip
+    assert "\n### method2\n\npublic int method2()\n\nReturns the value number 2.\n" in d.markdown
+    assert [b.kind for b in d.blocks].count("list") == 1 and "- An ordinary list\n- stays a list\n" in d.markdown
+
+
+def test_section_paths_hold_a_headings_text_not_its_markdown() -> None:
+    """rustdoc's headings are links: section_path held `Struct [std](../index.html)::[vec](index.html)::[Vec](#)`,
+    and each method's heading rustdoc's hidden "Notable traits" tooltip. The Markdown source is unchanged."""
+    d = page(
+        '<h1 class="fqn">Struct <a href="../index.html">std</a>::<a href="index.html">vec</a>::<a href="#">Vec'
+        '</a></h1><h4 class="code-header">pub fn <a href="#method.new" class="fnname">with_capacity</a>(capacity: '
+        '<a href="../primitive.usize.html">usize</a>) -&gt; Vec&lt;T&gt;<span class="notable-traits"><span '
+        'class="notable-traits-tooltip">ⓘ<span class="notable">Notable traits for Vec</span></span></span></h4>'
+        '<h5 id="examples"><a href="#examples">Examples</a></h5><pre class="rust">let v = Vec::new();</pre>'
+        '<a class="test-arrow" href="https://play.rust-lang.org/?code=let%20v">Run</a>'
+        '<h5>Array of <a href="a.html">[</a>T<a href="a.html">; N]</a></h5>'
+    )
+    assert_tiles(d)
+    assert [b.section_path for b in d.blocks if b.kind == "heading"][2] == (
+        "Struct std::vec::Vec", "pub fn with_capacity(capacity: usize) -> Vec<T>", "Examples")  # fmt: skip
+    assert headings(d)[-1] == "Array of [T; N]"
+    assert "# Struct [std](../index.html)::[vec](index.html)::[Vec](#)\n" in d.markdown
+    assert "Notable traits" not in d.markdown and "play.rust-lang.org" not in d.markdown
+    md = convert(
+        b'# The `WITH` *Clause* &amp; [links](https://x.org "t")\n\n## ![](logo.png)\n\n'
+        b"## impl<T> Vec<T> <a name='x'></a>\n",
+        "text/markdown",
+        SETTINGS,
+    )
+    assert md.title == "The WITH Clause & links"
+    assert [b.section_path[-1] for b in md.blocks if b.kind == "heading"] == [
+        "The WITH Clause & links", "![](logo.png)", "impl<T> Vec<T>"]  # fmt: skip
+    rst = convert(b"Using ``-dNEWPDF``\n==================\n\nText.\n\nThe `Sphinx <https://x.org>`_ *tool*\n"
+                  b"------------------------------------\n\nMore.\n", "text/x-rst", SETTINGS)  # fmt: skip
+    assert [b.section_path for b in rst.blocks if b.kind == "heading"] == [
+        ("Using -dNEWPDF",), ("Using -dNEWPDF", "The Sphinx tool")]  # fmt: skip
+
+
+def test_line_number_gutters_and_book_site_navigation_are_dropped() -> None:
+    """rustdoc's source pages put `<pre class="line-numbers">` beside the code: a code block of 3,007 bare numbers
+    opened the page. Publican (the Debian handbook) keeps its ebook banner, logos and prev/next `ul.docnav` on every
+    page."""
+    numbers = "\n".join(f'<span id="{i}">{i}</span>' for i in range(1, 40))
+    code = "\n".join(f"let x{i} = {i};" for i in range(1, 40))
+    d = page(f'<div class="example-wrap"><pre class="line-numbers">{numbers}</pre><pre class="rust">{code}</pre></div>')
+    assert d.markdown == f"```\n{code}\n```\n"
+    pygments = page(
+        '<table class="highlighttable"><tr><td class="linenos"><div class="linenodiv"><pre>1\n2</pre></div></td>'
+        '<td class="code"><div class="highlight"><pre>a = 1\nb = 2</pre></div></td></tr></table>'
+    )
+    assert pygments.markdown == "```\na = 1\nb = 2\n```\n"
+    book = page(
+        '<body><div id="banner"><a href="http://x/get/"><span class="text">Download the ebook</span></a></div>'
+        '<p id="title"><a class="left" href="http://www.debian.org"><img alt="Product Site" src="l.png"></a></p>'
+        '<ul class="docnav top"><li class="previous"><a href="p.html"><strong>Prev</strong></a></li></ul>'
+        '<div class="chapter"><h1 class="title">Chapter 6. APT</h1><div class="para">Text of the chapter.</div>'
+        '</div><ul class="docnav"><li class="next"><a href="n.html"><strong>Next</strong>6.2. aptitude</a></li>'
+        "</ul></body>"
+    )
+    assert book.markdown == "# Chapter 6. APT\n\nText of the chapter.\n"

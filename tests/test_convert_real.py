@@ -208,7 +208,7 @@ def test_epub_odt_rmd_asciidoc_and_org_have_headings_and_titles() -> None:
     assert headings(rmd) == [
         "Customize Printing",
         "A Low-level Explanation",
-        "The `render` option",
+        "The render option",  # `render` in the source: section paths hold text, not its markup
         "Metadata",
         "For package authors",
     ]  # fmt: skip  (no `#` comment of an R chunk among them)

@@ -41,21 +41,36 @@ _BLOCKS = frozenset({
 
 # Page chrome: navigation, banners, footers, sidebars, search boxes, "skip to content" links, and the themes' own
 # names for them (Sphinx: related, sphinxsidebar, footer; MkDocs/Read the Docs: wy-nav-*, md-sidebar, md-header;
-# sqlite.org: logo, tagline, menu mainmenu / submenu / searchmenu, rightsidebar). Menus by a class that ends in
-# "menu" only: Sphinx's `menuselection` is the text of a menu path in the prose.
+# sqlite.org: logo, tagline, menu mainmenu / submenu / searchmenu, rightsidebar; Publican: docnav, the prev/next
+# links; rustdoc: the hidden "Notable traits" tooltip, the "Run" links that carry each example again URL-encoded,
+# "source" links). Menus by a class that ends in "menu" only: Sphinx's `menuselection` is the text of a menu path in
+# the prose.
 _CHROME_TAGS = ["nav", "header", "footer", "aside", "form", "button", "dialog"]
 _CHROME_ROLES = re.compile(r"^(?:navigation|banner|contentinfo|complementary|search|menu|menubar|toolbar)$", re.I)
 _CHROME_CLASS = re.compile(
     r"^(?:related|sphinxsidebar\w*|footer|nav\w*|breadcrumbs?|wy-nav-\w+|rst-versions|"
     r"md-(?:header|footer|sidebar|tabs|search)\w*|(?:left|right)?sidebar\w*|skip-?link|cookie\w*|"
-    r"site-(?:header|footer|nav)|[\w-]*menu|logo|tagline)$",
+    r"site-(?:header|footer|nav)|[\w-]*menu|logo|tagline|docnav|"
+    r"notable-traits|test-arrow|srclink)$",
     re.I,
 )
-# A list of links, not a table; sqlite.org's is `fancy_toc`.
+# Publican's "Download the ebook" banner (the Debian handbook), doxygen's project name and logo above every page.
+_CHROME_ID = re.compile(r"^(?:banner|titlearea)$", re.I)
+# A list of links, not a table; sqlite.org's is `fancy_toc`. By its class a candidate only: see `_navigation`.
 _TOC_CLASS = re.compile(r"^(?:toc|contents|localtoc|toctree-wrapper|fancy[_-]toc)$", re.I)
+NAV_LINK_SHARE = 0.5
+"""An element classed as a table of contents is one when at least this share of its text is link text: a real table
+of contents (Sphinx's, Texinfo's `div.contents`, DocBook's `div.toc`) is all links, while doxygen puts the whole page
+body, prose and code, in `<div class="contents">` (a tenth of it link text)."""
+NAV_PAGE_SHARE = 0.9
+"""... and when it holds less than this share of the text left on the page outside headings: a list of links that is
+the whole page under its title (an index page, doxygen's list of files) is its content."""
+# Line-number gutters beside code: rustdoc's `pre.line-numbers`, Pygments' `td.linenos` / `span.linenos`,
+# doxygen's `span.lineno`. Numbers alone, they became code blocks of "1 2 3 …" and chunks of nothing else.
+_GUTTER_CLASS = re.compile(r"^(?:line-numbers|linenos|linenodiv|lineno)$", re.I)
 # Permalink anchors next to headings: Sphinx's "¶", MkDocs's "#", GitHub's and Docusaurus's hash links.
 _PERMALINK_CLASS = re.compile(r"^(?:headerlink|anchor(?:link|js-link)?|hash-link|permalink|header-anchor)$", re.I)
-_PERMALINK_TEXT = frozenset({"¶", "#", "🔗", "⚓"})  # not "§": "see § 5" links are text
+_PERMALINK_TEXT = frozenset({"¶", "#", "🔗", "⚓", "◆"})  # not "§": "see § 5" links are text; ◆: doxygen's
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,15 +91,18 @@ def convert(html: str) -> Page:
 
 
 def _convert(html: str, drop_chrome: bool) -> Page:
-    soup = BeautifulSoup(_PROLOGUE.sub("", html, count=1), "lxml")
+    soup = BeautifulSoup(_keep_indents(_PROLOGUE.sub("", html, count=1)), "lxml")
     title = _title(soup)
     # A `<title>` outside `<head>` too: text before `<html>` puts the whole page in the body.
     for tag in soup(["head", "title", "script", "style", "noscript", "template", "svg"]):
         tag.decompose()
     body = _main(soup) if drop_chrome else soup.body or soup
+    _drop_gutters(body)
+    _doxygen(soup, body)  # first: its page title, once a heading, is not text that a table of contents is weighed by
     if drop_chrome:
         _drop_chrome(body)
     _end_headings(soup, body)
+    _unwrap_layout_lists(body)
     html_tables.prepare(soup, body)
     _limit_depth(soup, body)
     text = _Converter(heading_style="ATX", bullets="-", escape_misc=False).convert_soup(body)
@@ -97,6 +115,34 @@ def _convert(html: str, drop_chrome: bool) -> Page:
 # parser on purpose, since it converts the same and a page that claims to be XML need not be well-formed; without
 # its declaration Beautiful Soup does not warn that it looks like XML.
 _PROLOGUE = re.compile(r"\A\s*(?:Content-type:[^\n]*\n\s*?\n)?\s*(?:<\?xml[^>]*>)?", re.I)
+
+
+_DOXYGEN_LINE = '<div class="line">'
+_BLANK_NODE = re.compile(r">([ \t]+)<")
+
+
+def _keep_indents(html: str) -> str:
+    """Doxygen's code listings, one `<div class="line">` a line: the spaces that indent a line sit between two tags,
+    and the parser makes any such run outside `<pre>` one space. They become no-break spaces (plain spaces again in
+    the Markdown). Each line is read once, up to its `</div>`, on its own line of the file: linear in the page."""
+    if _DOXYGEN_LINE not in html:
+        return html
+
+    def no_break(m: re.Match) -> str:
+        return ">" + "\xa0" * len(m.group(1)) + "<"
+
+    out: list[str] = []
+    pos = 0
+    while (start := html.find(_DOXYGEN_LINE, pos)) != -1:
+        end = html.find("</div>", start)
+        if end == -1:
+            break
+        line = html[start:end]
+        out.append(html[pos:start])
+        out.append(line if "\n" in line else _BLANK_NODE.sub(no_break, line))
+        pos = end
+    out.append(html[pos:])
+    return "".join(out)
 
 
 class _Converter(MarkdownConverter):
@@ -113,6 +159,11 @@ class _Converter(MarkdownConverter):
 
     def convert_th(self, el: Tag, text: str, parent_tags: set[str]) -> str:
         return super().convert_th(el, _escape_pipes(text), parent_tags)
+
+    def convert_a(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        if "_noformat" not in parent_tags and "`" not in text and text.count("[") != text.count("]"):
+            text = text.replace("[", "\\[").replace("]", "\\]")  # rustdoc's `[T; N]`: `[` one link, `; N]` another
+        return super().convert_a(el, text, parent_tags)
 
     def convert_pre(self, el: Tag, text: str, parent_tags: set[str]) -> str:
         block = super().convert_pre(el, text, parent_tags)
@@ -166,15 +217,22 @@ def _main(soup: BeautifulSoup) -> Tag:
 
 
 def _drop_chrome(root: Tag) -> None:
-    doomed = [
-        tag
-        for tag in root.find_all(True)
-        if tag.name in _CHROME_TAGS
-        or _CHROME_ROLES.match(str(tag.get("role") or ""))
-        or any(_CHROME_CLASS.match(c) for c in tag.get("class") or ())
-        or (tag.name != "table" and any(_TOC_CLASS.match(c) for c in tag.get("class") or ()))
-        or _permalink(tag)
-    ]
+    """Remove navigation, banners, footers and the like (by tag, role, class), then the tables of contents: an element
+    with a table of contents' class is removed only when it holds what one holds (`_navigation`), judged against what
+    is left of the page once the rest of its chrome is gone."""
+    doomed, tocs = [], []
+    for tag in root.find_all(True):
+        if (
+            tag.name in _CHROME_TAGS
+            or _CHROME_ROLES.match(str(tag.get("role") or ""))
+            or any(_CHROME_CLASS.match(c) for c in tag.get("class") or ())
+            or _CHROME_ID.match(str(tag.get("id") or ""))
+            or _logos(tag)
+            or _permalink(tag)
+        ):
+            doomed.append(tag)
+        elif tag.name != "table" and any(_TOC_CLASS.match(c) for c in tag.get("class") or ()):
+            tocs.append(tag)
     for tag in doomed:
         if tag.name in ("header", "footer") and tag.find(_HEADING):
             continue  # a section's or chapter's own header holds its heading
@@ -182,6 +240,36 @@ def _drop_chrome(root: Tag) -> None:
             continue  # footnotes, admonitions
         if not tag.decomposed:
             tag.decompose()
+    tocs = [tag for tag in tocs if not tag.decomposed]
+    if tocs:
+        page = _prose(root)
+        for tag in [tag for tag in tocs if _navigation(tag, page)]:  # judged before any is removed
+            if not tag.decomposed:
+                tag.decompose()
+
+
+def _chars(text: str) -> int:
+    """The length of `text` without its white space."""
+    return len("".join(text.split()))
+
+
+def _prose(tag: Tag) -> int:
+    """The characters of text under `tag` outside headings."""
+    return _chars(tag.get_text()) - sum(_chars(h.get_text()) for h in tag.find_all(_HEADING))
+
+
+def _navigation(tag: Tag, page: int) -> bool:
+    """Whether `tag` is a table of contents: at least `NAV_LINK_SHARE` of its text is link text, and it holds less
+    than `NAV_PAGE_SHARE` of the page's text outside headings (`page` characters)."""
+    text = _chars(tag.get_text())
+    links = sum(_chars(a.get_text()) for a in tag.find_all("a"))
+    return links >= NAV_LINK_SHARE * text and _prose(tag) < NAV_PAGE_SHARE * page
+
+
+def _logos(tag: Tag) -> bool:
+    """Publican's `<p id="title">`: two logo images linking to the project's and the documentation's sites, no
+    text."""
+    return tag.name == "p" and tag.get("id") == "title" and not tag.get_text(strip=True)
 
 
 _HEADING = re.compile(r"^h[1-6]$")
@@ -205,6 +293,73 @@ def _permalink(tag: Tag) -> bool:
     return not text and in_heading and str(tag.get("href") or "").startswith("#")
 
 
+def _drop_gutters(root: Tag) -> None:
+    """Remove the line numbers beside code (`_GUTTER_CLASS`). A table that held them in a cell of its own (Pygments'
+    `table.highlighttable`) is layout: it becomes the code block it holds, not a one-cell pipe table."""
+    for tag in root.find_all(class_=_GUTTER_CLASS):
+        if tag.decomposed:
+            continue
+        if tag.name in ("td", "th") and (table := tag.find_parent("table")) is not None:
+            table["role"] = "presentation"
+        tag.decompose()
+
+
+def _doxygen(soup: BeautifulSoup, root: Tag) -> None:
+    """Doxygen's page title (`<div class="headertitle"><div class="title">`) becomes a heading, each member's heading
+    one level below its group's, the two cells of a member's declaration one line, and code listings (`<div
+    class="fragment">`, one `<div class="line">` a line, hover tooltips `div.ttc` after them) code blocks: they came
+    out as paragraphs of Markdown-escaped code, one a line."""
+    for title in root.select("div.headertitle > div.title"):
+        title.name = "h1"
+    for heading in root.find_all("h2", class_="memtitle"):
+        heading.name = "h3"  # a member's documentation, under its group's `h2.groupheader` ("Function Documentation")
+    for left in root.find_all("td", class_=_MEMBER_LEFT):
+        right = left.find_next_sibling("td")
+        if right is not None and any(_MEMBER_RIGHT.match(c) for c in right.get("class") or ()):
+            if not left.get_text()[-1:].isspace():  # doxygen ends the left cell with a no-break space
+                left.append(" ")  # "int" and "SDL_GetNumRenderDrivers (void)": one declaration, not two paragraphs
+            left.extend(list(right.contents))
+            right.decompose()
+    for fragment in root.find_all("div", class_="fragment"):
+        lines = fragment.find_all("div", class_="line")
+        if not lines:
+            continue
+        code = soup.new_tag("code")
+        code.string = "\n".join(line.get_text().rstrip() for line in lines)
+        pre = soup.new_tag("pre")
+        pre.append(code)
+        fragment.replace_with(pre)
+
+
+_MEMBER_LEFT = re.compile(r"^mem(?:Templ)?ItemLeft$")
+_MEMBER_RIGHT = re.compile(r"^mem(?:Templ)?ItemRight$")
+
+
+def _unwrap_layout_lists(root: Tag) -> None:
+    """Lists whose items hold headings or sections are layout, not lists: their `<ul>`, `<ol>`, `<dl>` and items
+    become `<div>`s. The javadoc doclet (JDK 9 and later) puts every section of a class's page, each method's with its
+    `<h3>`, in `<ul><li><section>`: markdownify wrote `- ## Method Details`, `  - ### charAt`, which Markdown reads as
+    one list holding the whole page and no heading. One walk, children before parents, as in `_block_holders`."""
+    holds: set[int] = set()  # ids of the elements that are or hold a heading or a section
+    order: list[Tag] = []
+    stack = [root]
+    while stack:
+        tag = stack.pop()
+        order.append(tag)
+        stack.extend(child for child in tag.contents if isinstance(child, Tag))
+    for tag in reversed(order):
+        if tag.name in _STRUCTURE or any(id(child) in holds for child in tag.contents):
+            holds.add(id(tag))
+    for tag in order:
+        if tag.name in _LISTS and id(tag) in holds:
+            for item in tag.find_all(_ITEMS, recursive=False):
+                item.name = "div"
+            tag.name = "div"
+
+
+_STRUCTURE = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "section", "article"})
+_LISTS = frozenset({"ul", "ol", "dl"})
+_ITEMS = ["li", "dt", "dd"]
 _INNER_BLOCKS = _BLOCKS - {"br"}  # a `<br>` in a heading is a line of the heading
 HEADING_MAX_INLINE_NODES = 1000
 """A heading holding a block keeps at most this many nodes before it as its text: moving more out would take time

@@ -56,7 +56,7 @@ def blocks(text: str, page_starts: tuple[int, ...] = ()) -> tuple[Block, ...]:
             elif _FOOTNOTE.match(inline):
                 kind = "footnote"
         if kind == "heading":
-            titles[start] = (int(tok.tag[1]), " ".join(tokens[i + 1].content.split()))
+            titles[start] = (int(tok.tag[1]), heading_text(tokens[i + 1]))
         spans.append((start, end, kind))
 
     out: list[Block] = []
@@ -70,6 +70,36 @@ def blocks(text: str, page_starts: tuple[int, ...] = ()) -> tuple[Block, ...]:
         page = max(1, bisect.bisect_right(page_starts, start)) if page_starts else None
         out.append(Block(start, end, kind, tuple(t for _, t in path), page))
     return tuple(out)
+
+
+def heading_text(inline) -> str:
+    """A heading's text as a reader sees it, for section paths and titles: link text without its target, code without
+    its backticks, no emphasis marks or backslash escapes, entities decoded, HTML tags dropped (a type parameter such
+    as `<T>`, which CommonMark also reads as a tag, kept). rustdoc's `Struct [std](../index.html)::[vec](index.html)`
+    is `Struct std::vec`. The Markdown source when that leaves nothing (an image without alt text)."""
+    parts: list[str] = []
+    stack = list(reversed(inline.children or []))
+    while stack:
+        child = stack.pop()
+        if child.type in ("text", "text_special", "code_inline"):
+            parts.append(child.content)
+        elif child.type in ("softbreak", "hardbreak"):
+            parts.append(" ")
+        elif child.type == "image":
+            stack.extend(reversed(child.children or []))  # its alt text
+        elif child.type == "html_inline" and not _HTML_TAG.match(child.content):
+            parts.append(child.content)
+    text = " ".join("".join(parts).split())
+    return text or " ".join(inline.content.split())
+
+
+# An HTML tag or comment, by the names HTML gives its elements: `<T>` and `<K, V>` in a generic type are text.
+_HTML_TAG = re.compile(
+    r"<(?:!--|/?(?:a|abbr|b|bdi|bdo|big|br|cite|code|data|del|dfn|em|font|i|img|ins|kbd|mark|q|s|samp|small|span|"
+    r"strike|strong|sub|sup|time|tt|u|var|wbr|div|p|section|details|summary|center|input|label|button|picture|"
+    r"source|svg|math|ruby|rt|rp)\b)",
+    re.I,
+)
 
 
 def split_large_tables(text: str, max_tokens: int, encoding: str) -> str:

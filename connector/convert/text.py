@@ -73,7 +73,7 @@ def blocks(text: str, dialect: str | None = None) -> tuple[Block, ...]:
         found = pattern.match(lines[0]) if pattern and m.start() not in literal else None
         if found is not None:
             head_end = m.start() + len(lines[0])
-            titles[m.start()] = (_dialect_style(found), " ".join(_group(found, "title", "frame").split()))
+            titles[m.start()] = (_dialect_style(found), plain_title(_group(found, "title", "frame"), dialect))
             spans.append((m.start(), head_end, "heading"))
             rest = _PARAGRAPH.search(text, head_end, m.end())
             if rest is not None:
@@ -82,7 +82,7 @@ def blocks(text: str, dialect: str | None = None) -> tuple[Block, ...]:
         title = _heading_title(lines) if pattern is None else None
         if title is not None:
             style = ("over" if _RULE.match(lines[0]) else "") + lines[-1].strip()[0]
-            titles[m.start()] = (style, title)
+            titles[m.start()] = (style, plain_title(title, None))
             spans.append((m.start(), m.end(), "heading"))
         elif len(lines) > 1 and sum(bool(_LIST_ITEM.match(line)) for line in lines) >= 2:
             spans.append((m.start(), m.end(), "list"))
@@ -147,8 +147,53 @@ def title(text: str, dialect: str | None) -> str | None:
     if dialect == "asciidoc":
         attributes = {m.group("name"): m.group("value") for m in _ADOC_ATTRIBUTE.finditer(text)}
         value = re.sub(r"\{([\w-]+)\}", lambda a: attributes.get(a.group(1), a.group(0)), value)
-    value = " ".join(value.split())
+    value = plain_title(value, dialect)
     return value[:300] or None
+
+
+def plain_title(title: str, dialect: str | None) -> str:
+    """A heading's text as a reader sees it, for section paths and titles: without the inline markup of
+    reStructuredText (read as text, `dialect` None), AsciiDoc or Org: ``` ``-dNEWPDF`` ``` is `-dNEWPDF`,
+    `` `Sphinx <https://…>`_ `` is `Sphinx`, `[[https://…][Org]]` is `Org`. LaTeX's titles are kept as written."""
+    for pattern, repl in _INLINE.get(dialect or "rst", ()):
+        title = pattern.sub(repl, title)
+    return " ".join(title.split())
+
+
+def _emphasis(mark: str) -> tuple[re.Pattern, str]:
+    """Text between `mark`s that open after a space or punctuation and close before one, around no space at either
+    end: `*emphasis*` and `**strong**`, not `2 * 3 * 4` or `a*b`."""
+    m = re.escape(mark)
+    return re.compile(rf"(?<![\w*_=~`]){m}(?=[^\s{m[-1]}])(.+?)(?<=[^\s\\]){m}(?![\w*_=~`])"), r"\1"
+
+
+_INLINE: dict[str, tuple[tuple[re.Pattern, str], ...]] = {
+    "rst": (
+        (re.compile(r"``(\S(?:.*?\S)?)``"), r"\1"),  # ``literal``
+        (re.compile(r":[\w.+-]+(?::[\w.+-]+)*:`([^`<]*?)\s*(?:<[^`>]*>)?`"), r"\1"),  # :role:`text <target>`
+        (re.compile(r"`([^`<]*?)\s*<[^`>]*>`__?"), r"\1"),  # `text <url>`_
+        (re.compile(r"`([^`]+)`(?:__?)?"), r"\1"),  # `reference`_, `interpreted`
+        _emphasis("**"),
+        _emphasis("*"),
+    ),
+    "asciidoc": (
+        (re.compile(r"<<[^,>]*,\s*([^>]+)>>"), r"\1"),  # <<id,text>>
+        (re.compile(r"\b(?:link:|xref:|https?://)[^\s\[]*\[([^\]]+)\]"), r"\1"),  # link:url[text]
+        _emphasis("``"),
+        _emphasis("`"),
+        _emphasis("**"),
+        _emphasis("*"),
+        _emphasis("__"),
+        _emphasis("_"),
+    ),
+    "org": (
+        (re.compile(r"\[\[[^\]]*\]\[([^\]]+)\]\]"), r"\1"),  # [[target][description]]
+        (re.compile(r"\[\[([^\]]+)\]\]"), r"\1"),  # [[target]]
+        _emphasis("="),
+        _emphasis("~"),
+        _emphasis("*"),
+    ),
+}
 
 
 def _heading_title(lines: list[str]) -> str | None:
