@@ -146,7 +146,7 @@ def test_a_contents_class_is_removed_only_when_it_holds_a_table_of_contents() ->
         ("SDL_render.h File Reference", "Function Documentation"),
         ("SDL_render.h File Reference", "Function Documentation", "SDL_CreateRenderer()"),
     ]
-    assert "\nint [SDL\\_GetNumRenderDrivers](#a1) (void)\n" in d.markdown, "a declaration is one line"
+    assert "\nint [SDL_GetNumRenderDrivers](#a1) (void)\n" in d.markdown, "a declaration is one line"
     assert "```\nif (!renderer) {\n    SDL_GetError();\n}\n```" in d.markdown, "a listing is code, no line numbers"
     texinfo = page(
         '<div class="contents"><h2 class="contents-heading">Table of Contents</h2><ul><li><a href="#i">1 '

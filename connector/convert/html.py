@@ -145,8 +145,17 @@ def _keep_indents(html: str) -> str:
     return "".join(out)
 
 
+_INTRAWORD_ESCAPE = re.compile(r"(?<=[^\W_])\\_(?=[^\W_])")
+
+
 class _Converter(MarkdownConverter):
     """markdownify, with text that stays searchable and tables and code blocks that stay whole."""
+
+    def escape(self, text: str, parent_tags: set[str]) -> str:
+        # markdownify escapes every underscore; one between two letters or digits cannot start or end emphasis
+        # (CommonMark), and escaped it put `SDL\_CreateRenderer`, `shared\_buffers` in the stored text: what a
+        # reader copies, and what a question quoting the page does not contain.
+        return _INTRAWORD_ESCAPE.sub("_", super().escape(text, parent_tags))
 
     def convert_sup(self, el: Tag, text: str, parent_tags: set[str]) -> str:
         return _script("^", el, text, parent_tags)
