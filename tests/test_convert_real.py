@@ -633,3 +633,16 @@ def test_api_references_keep_their_text_and_headings() -> None:
     assert paths and not any("](" in p or "`" in p for p in paths), [p for p in paths if "](" in p][:3]
     assert "Trait std::iter::Iterator" in headings(rust)
     assert "Notable traits" not in rust.markdown
+
+
+def test_a_definitions_later_paragraphs_lists_and_code_are_not_indented_code() -> None:
+    """Sphinx writes each function's description as a `<dd>`; its paragraphs after the first, its lists and its
+    examples were indented four spaces under the `:` marker, which CommonMark reads as code blocks: "New in version
+    3.5." was code, and each example's fenced code sat inside one, fences and all."""
+    d = doc("python-operator.html")
+    kinds = {d.markdown[b.start : b.end].strip(): b.kind for b in d.blocks}
+    assert kinds["New in version 3.5."] == "paragraph"
+    listed = [t for t, k in kinds.items() if t.startswith("- After `f = attrgetter('name')`")]
+    assert listed and kinds[listed[0]] == "list"
+    examples = [t for t, k in kinds.items() if k == "code" and "def attrgetter(*items):" in t]
+    assert examples and examples[0].startswith("```"), "the example is a fenced code block of its own"
