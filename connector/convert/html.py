@@ -364,16 +364,7 @@ def _unwrap_layout_lists(root: Tag) -> None:
     become `<div>`s. The javadoc doclet (JDK 9 and later) puts every section of a class's page, each method's with its
     `<h3>`, in `<ul><li><section>`: markdownify wrote `- ## Method Details`, `  - ### charAt`, which Markdown reads as
     one list holding the whole page and no heading. One walk, children before parents, as in `_block_holders`."""
-    holds: set[int] = set()  # ids of the elements that are or hold a heading or a section
-    order: list[Tag] = []
-    stack = [root]
-    while stack:
-        tag = stack.pop()
-        order.append(tag)
-        stack.extend(child for child in tag.contents if isinstance(child, Tag))
-    for tag in reversed(order):
-        if tag.name in _STRUCTURE or any(id(child) in holds for child in tag.contents):
-            holds.add(id(tag))
+    order, holds = _holding(root, _STRUCTURE)  # holds: those that are or hold a heading or a section
     for tag in order:
         if tag.name in _LISTS and id(tag) in holds:
             for item in tag.find_all(_ITEMS, recursive=False):
@@ -409,7 +400,13 @@ def _end_headings(soup: BeautifulSoup, root: Tag) -> None:
 
 
 def _block_holders(root: Tag) -> set[int]:
-    """The ids of the elements under `root` that are blocks or hold one: one walk, children before parents."""
+    """The ids of the elements under `root` that are blocks or hold one."""
+    return _holding(root, _INNER_BLOCKS)[1]
+
+
+def _holding(root: Tag, names: frozenset[str]) -> tuple[list[Tag], set[int]]:
+    """The elements under `root`, each before its children, and the ids of those that are one of `names` or hold
+    one: one walk, children before parents (recursion would overflow on a deep hostile page)."""
     holders: set[int] = set()
     order: list[Tag] = []
     stack = [root]
@@ -418,9 +415,9 @@ def _block_holders(root: Tag) -> set[int]:
         order.append(tag)
         stack.extend(child for child in tag.contents if isinstance(child, Tag))
     for tag in reversed(order):  # every child comes after its parent in `order`
-        if tag.name in _INNER_BLOCKS or any(id(child) in holders for child in tag.contents):
+        if tag.name in names or any(id(child) in holders for child in tag.contents):
             holders.add(id(tag))
-    return holders
+    return order, holders
 
 
 def _limit_depth(soup: BeautifulSoup, root: Tag) -> None:
