@@ -5,20 +5,23 @@ or fails as a `ConversionError` that says why; none escapes as an internal error
 from __future__ import annotations
 
 import codecs
+import contextlib
 import html
 import io
 import json
 import logging
 import re
 import sys
+import time
 import zipfile
+from pathlib import Path
 
 import pymupdf
 import pytest
 
 from connector import logs
-from connector.convert import convert
-from connector.errors import ConversionError, UnsupportedDocument
+from connector.convert import convert, mime_for_path
+from connector.errors import ConversionError, DocumentError, UnsupportedDocument
 from connector.settings import ChunkingSettings
 from tests.conftest import FIXTURES
 from tests.test_convert import assert_tiles
@@ -406,3 +409,43 @@ def test_a_damaged_pdf_is_one_warning_about_its_document_not_mupdfs_lines_on_std
     assert (entry["document_id"], entry["source_key"]) == (7, "manuals/lppl.pdf")
     convert(PDF, "application/pdf", SETTINGS)
     assert capfd.readouterr().err == "", "an intact PDF after it: nothing left over to report"
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("no-suffix", b"<!---->" * 40 + b"<x"),  # SVG sniffing: n comments matched 2^n ways (22: 4 s, each more x2)
+        ("page.pod", b"=head1 NAME\n\n" + b" " * 200_000),  # POD paragraphs: a line of spaces, quadratic (100 K: 46 s)
+        ("page.1", b".TH X 1\n.SH NAME\n" + b"\\[" * 100_000 + b"\n"),  # roff: unclosed escapes (50 K: 21 s)
+        ("page.adoc", b"= " + b"_a " * 40_000 + b"\n\ntext\n"),  # a title's unclosed marks, quadratic (10 K: 5.6 s)
+    ],
+    ids=["svg-comments", "pod-spaces", "roff-escapes", "asciidoc-title"],
+)
+def test_hostile_input_to_the_newer_readers_ends_at_once(name: str, data: bytes) -> None:
+    """Patterns that backtracked on hostile input: each of these took minutes or forever in a CPU pool process,
+    its lease renewed all along. A guard against a hang, far above what each takes now (well under a second)."""
+    started = time.perf_counter()
+    with contextlib.suppress(DocumentError):
+        convert(data, mime_for_path(name), SETTINGS)
+    assert time.perf_counter() - started < 20
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("a.ipynb", b'{"nbformat": 4, "metadata": {"kernelspec": "py"}, "cells": []}'),
+        ("b.ipynb", b'{"nbformat": 3, "worksheets": [1]}'),
+        ("c.ipynb", b'{"nbformat": 4, "cells": [{"cell_type": "code", "source": "x", "outputs": 5}]}'),
+        ("d.eml", b'From: "\nSubject: x\n\nbody\n'),
+    ],
+)
+def test_a_malformed_notebook_or_mail_fails_as_its_documents_fault(name: str, data: bytes) -> None:
+    """They raised AttributeError, TypeError, IndexError: taken for bugs, each cost tries and a traceback."""
+    with pytest.raises(ConversionError, match="not a readable"):
+        convert(data, mime_for_path(name), SETTINGS)
+
+
+def test_a_binary_file_named_like_a_man_page_says_what_it_is() -> None:
+    """`lib.so.6`, `clip.3gp`: named like a man page (`.6`, `.3gp`), they failed as "contains NUL bytes"."""
+    with pytest.raises(UnsupportedDocument, match="looks like an executable"):
+        convert(Path(sys.executable).read_bytes()[:65536], mime_for_path("libc.so.6"), SETTINGS)

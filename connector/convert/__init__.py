@@ -18,6 +18,7 @@ Anything the document itself is to blame for raises a `DocumentError` subclass w
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import PurePath
 
 from connector import tokens
@@ -127,15 +128,17 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
                             markdown.first_title(source, blocks))  # fmt: skip
     elif mime in ("text/html", "application/xhtml+xml"):
         document = _from_html(sniff.decode_declared(data), settings)
+    elif mime == ROFF and sniff.magic(data) is not None:  # `a.7z`, `clip.3gp`, `lib.so.6`: a man page's name only
+        document = _sniffed(data, labelled, settings)
     elif mime == ROFF:
         source = decode(data)
         document = _from_roff(source) if sniff.looks_like_roff(source, named=True) else _from_text(source, None)
     elif mime == POD:
         document = _from_pod(decode(data))
     elif mime == NOTEBOOK:
-        document = _from_page(notebook.convert(decode(data)))
+        document = _from_page(_malformed("notebook", lambda: notebook.convert(decode(data))))
     elif mime == EML:
-        document = _from_page(mail.convert(data))
+        document = _from_page(_malformed("e-mail", lambda: mail.convert(data)))
     elif mime == SVG or (mime == OCTET and sniff.looks_like_svg(data)):
         document = _from_page(svg.convert(data))
     elif mime.startswith("text/"):
@@ -198,6 +201,18 @@ def _from_roff(source: str) -> Document:
         raise ConversionError("man page shows no text (only roff requests and comments)")
     blocks = markdown.blocks(page.markdown)
     return Document(page.markdown, blocks, title=page.title or markdown.first_title(page.markdown, blocks))
+
+
+def _malformed(kind: str, read: Callable[[], notebook.Page | mail.Page]) -> notebook.Page | mail.Page:
+    """`read()`, where a structure its reader did not expect is the document's fault, not a bug: a notebook whose
+    `metadata` is a string, a `From: "` header the standard library's parser fails on. Raised as they were, each cost
+    tries with backoff and a traceback before its document failed."""
+    try:
+        return read()
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+        if isinstance(exc, ConversionError):
+            raise
+        raise ConversionError(f"not a readable {kind}: {type(exc).__name__}: {exc}") from exc
 
 
 def _from_page(page: notebook.Page | mail.Page | svg.Page) -> Document:

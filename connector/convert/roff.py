@@ -20,14 +20,16 @@ from connector.convert import mdoc
 TITLE_MAX_CHARS = 300
 
 _COMMENT = re.compile(r"(\\\\)|\\[\"#].*")  # `\\` first: `\\"` is a backslash and a quote, not a comment
+# Bracketed names and quoted arguments are short (groff's names, sizes, motions): capped, so an unclosed `\[` on a
+# long line is not scanned to its end again from every later one (`"\[" * 50000`: 21 s).
 _ESCAPE = re.compile(
     r"""\\(?:
-      (?P<font>f(?:\[[^\]\n]*\]|\(..|.))
-     |(?P<size>s(?:[-+]?\(\d\d|[-+]?\[[^\]\n]*\]|'[^'\n]*'|[-+]?\d))
-     |\((?P<char2>..)|\[(?P<char>[^\]\n]*)\]|C'(?P<charq>[^'\n]*)'
+      (?P<font>f(?:\[[^\]\n]{0,64}\]|\(..|.))
+     |(?P<size>s(?:[-+]?\(\d\d|[-+]?\[[^\]\n]{0,64}\]|'[^'\n]{0,64}'|[-+]?\d))
+     |\((?P<char2>..)|\[(?P<char>[^\]\n]{0,64})\]|C'(?P<charq>[^'\n]{0,64})'
      |N'(?P<code>\d+)'
-     |\*(?:\((?P<str2>..)|\[(?P<str>[^\]\s]*)[^\]\n]*\]|(?P<str1>.))
-     |(?P<drop>[nmMgFVY$](?:\(..|\[[^\]\n]*\]|.)|[hvwlLoDbxXRSZAB](?:'[^'\n]*'|\[[^\]\n]*\])|k.|[zE])
+     |\*(?:\((?P<str2>..)|\[(?P<str>[^\]\s]{0,64})[^\]\n]{0,64}\]|(?P<str1>.))
+     |(?P<drop>[nmMgFVY$](?:\(..|\[[^\]\n]{0,64}\]|.)|[hvwlLoDbxXRSZAB](?:'[^'\n]{0,64}'|\[[^\]\n]{0,64}\])|k.|[zE])
      |(?P<one>.)
     )""",
     re.VERBOSE,

@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import threading
 import time
+import unicodedata
 from pathlib import Path
 from typing import Protocol
 
@@ -44,10 +45,17 @@ LONG_TEXT_CHARS = 20_000
 BLOCK_WORDS = 20_000
 LONG_WORD_CHARS = 1_000  # a run without whitespace is cut about this often, where its tokens stay the same
 # Where BERT's basic tokenizer starts a word of its own: a punctuation mark (its `_is_punctuation`: ASCII's, and
-# Unicode category P) or a CJK ideograph (its `_is_chinese_char` ranges).
+# Unicode category P) or a CJK ideograph (its `_is_chinese_char` ranges). Only marks that the tokenizer's own,
+# older Unicode tables know too: Latin-1's, General Punctuation's, CJK's and the fullwidth forms' (a mark added since,
+# U+2E43 say, is part of a word to it, and a cut there changed the vector).
+_OLD_MARKS = "".join(
+    chr(c)
+    for c in (*range(0xA1, 0xC0), *range(0x2010, 0x205F), *range(0x3001, 0x3040), *range(0xFF01, 0xFF66))
+    if unicodedata.category(chr(c)).startswith("P")
+)
 _BERT_WORD_EDGE = regex.compile(
-    r"[\p{P}!-/:-@\[-`{-~\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002b73f"
-    r"\U0002b740-\U0002b81f\U0002b820-\U0002ceaf\U0002f800-\U0002fa1f]"
+    "[!-/:-@\\[-`{-~" + regex.escape(_OLD_MARKS) + "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+    "\U00020000-\U0002a6df\U0002a700-\U0002b73f\U0002b740-\U0002b81f\U0002f800-\U0002fa1f]"
 )
 # A word as BERT's pre-tokenizer sees it: between its whitespace (space, tab, CR, LF, Unicode Zs), not Python's \s
 # (which also splits on control characters that BERT's normaliser deletes from inside a word).
