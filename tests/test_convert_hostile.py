@@ -449,3 +449,15 @@ def test_a_binary_file_named_like_a_man_page_says_what_it_is() -> None:
     """`lib.so.6`, `clip.3gp`: named like a man page (`.6`, `.3gp`), they failed as "contains NUL bytes"."""
     with pytest.raises(UnsupportedDocument, match="looks like an executable"):
         convert(Path(sys.executable).read_bytes()[:65536], mime_for_path("libc.so.6"), SETTINGS)
+
+
+def test_hostile_pdf_text_is_cleaned_and_judged_at_once() -> None:
+    """A run of minus signs no letter follows (each sign tried again: 200,000 took 500 s), a row of dots (a table of
+    contents' leader, quadratic over a whole row). The same guard against a hang as above."""
+    from connector.convert import pdf, pdf_layout
+
+    started = time.perf_counter()
+    assert pdf.clean("\u2212" * 200_000 + " x").endswith("\u2212 x")
+    assert pdf.clean("a \u2212\u2212login, 1\u2212p, \u2212 x") == "a --login, 1-p, \u2212 x"
+    assert pdf_layout._leader("." * 200_000) is not None
+    assert time.perf_counter() - started < 20

@@ -201,12 +201,18 @@ def _rows(block: dict) -> list[str]:
     return [" ".join(line.text for line in row) for row in visual_rows(lines_of(block["lines"]))]
 
 
+def _leader(row: str) -> re.Match | None:
+    """`_LEADER` in the row's last ENTRY_MAX_CHARS characters, where an entry's leader and page numbers end: over a
+    whole row of dots the pattern is quadratic (8,000 dots: 2 s; a hostile page can set far more on one line)."""
+    return _LEADER.search(row[-ENTRY_MAX_CHARS:])
+
+
 def is_navigation(block: dict) -> bool:
     """A block of table-of-contents or index entries (see the module docstring)."""
     rows = [r for r in _rows(block) if r.strip()]
     if not rows:
         return False
-    leaders = sum(bool(_LEADER.search(r)) for r in rows)
+    leaders = sum(bool(_leader(r)) for r in rows)
     if leaders and leaders >= NAV_LEADER_SHARE * len(rows):
         return True
     if len(rows) < NAV_MIN_ROWS:
@@ -278,7 +284,7 @@ def _leftover(rows: list[str]) -> bool:
     """On a navigation page: a heading ("Contents", "B") or an entry on its own ("3 Debian Releases 3")."""
     if len(" ".join(rows).split()) <= LEFTOVER_WORDS:
         return True
-    return all(_LEADER.search(r) or _BARE.match(r) or (_ENTRY.match(r) and not _data_row(r)) for r in rows)
+    return all(_leader(r) or _BARE.match(r) or (_ENTRY.match(r) and not _data_row(r)) for r in rows)
 
 
 def _data_row(row: str) -> bool:
