@@ -37,6 +37,12 @@ class TransientError(ConnectorError):
     """Worth retrying: the failure was not caused by the document."""
 
 
+class UnusableVector(TransientError):
+    """The endpoint answered a vector no search can rank (zero, or not finite) for one of the inputs: worth retrying,
+    but it is that input's own answer, so a batch of documents is embedded again one document at a time and only the
+    document it belongs to pays a try."""
+
+
 class ConnectionLostBeforeWrite(TransientError):
     """The database connection was found lost as a write began, before any of it was sent: the outage is not the
     documents' doing, and none of them is charged a try for it."""

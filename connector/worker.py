@@ -35,7 +35,14 @@ import psycopg
 
 from connector import secrets
 from connector.db.store import LOCKED, ClaimedRow, Store
-from connector.errors import ConnectionLostBeforeWrite, DocumentError, FatalError, FileGone, TransientError
+from connector.errors import (
+    ConnectionLostBeforeWrite,
+    DocumentError,
+    FatalError,
+    FileGone,
+    TransientError,
+    UnusableVector,
+)
 from connector.models import Outcome, SourceDocument
 from connector.pipeline import Chosen, Pipeline
 
@@ -275,6 +282,12 @@ class Worker:
         try:
             with self._heartbeat():  # an endpoint that retries can take a while: the leases must not run out
                 outcomes = self.pipeline.embed([r.chosen for r in ready])
+        except UnusableVector as exc:
+            if len(ready) == 1:
+                return [self._failed(ready[0].row, exc, ready[0].source.content_hash)]
+            # One input's answer, not the endpoint's state: the others need not pay a try for it.
+            log.warning("embedding %d documents at once failed (%s); one by one", len(ready), exc)
+            return self._one_by_one(ready)
         except (FatalError, TransientError) as exc:
             return self._all_failed(ready, exc)
         except Exception as exc:

@@ -37,6 +37,7 @@ class EmbeddingStub:
         self.max_batch: int | None = None  # more inputs in one request: 413, as Text Embeddings Inference answers
         self.fixed_dim = False  # True: a `dimensions` parameter is refused with 400, as for text-embedding-ada-002
         self.refuse: str | None = None  # a request with an input containing this gets 400 (an input it will not take)
+        self.zero: str | None = None  # an input containing this gets a zero vector (a faulty model on that input)
         self.constant = False  # True: one constant unit vector per input, text or token ids, at once (benchmarks)
         self.base64 = False  # True: every vector as base64 float32, whatever `encoding_format` asked for
         self.usage = True  # False: answers without `usage` (as some compatible servers send them)
@@ -121,6 +122,8 @@ class EmbeddingStub:
                 vectors = hashed_bow(inputs, dim)
                 if action and action[0] == "scaled":  # a faulty endpoint: zeros (0), or values a float32 norm overflows
                     vectors = vectors.astype("f8") * action[1]
+                if stub.zero is not None:
+                    vectors[[stub.zero in t for t in inputs]] = 0
                 data = [{"object": "embedding", "index": i,
                          "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if stub.base64
                          else [float(x) for x in v]}

@@ -237,6 +237,19 @@ def test_a_batch_is_embedded_in_one_request_an_endpoint_down_requeues_it_and_a_r
             assert "refused" in conn.execute("SELECT last_error FROM connector.documents WHERE id = %s",
                                              (ids[2],)).fetchone()[0]  # fmt: skip
             assert _status(conn) == {"done": 9, "failed": 1}
+            # A zero vector for one input (a faulty model on that text): the batch is embedded again one document
+            # at a time, and only that document pays a try; before, all five did.
+            stub.refuse = None
+            requeue(3, poison=3)
+            stub.zero = "poison"
+            results.clear()
+            worker.drain(threading.Event(), lambda row, result: results.append((row.id, result)))
+            assert dict(results) == {**{doc: "done" for doc in ids[:5]}, ids[3]: "retry"}
+            row = conn.execute("SELECT status, retries, last_error FROM connector.documents WHERE id = %s",
+                               (ids[3],)).fetchone()  # fmt: skip
+            assert row == ("pending", 1, "the embedding endpoint answered a zero vector, which no search can rank")
+            assert conn.execute("SELECT count(*) FROM connector.documents WHERE retries > 0 AND id <> ALL(%s)",
+                                ([ids[2], ids[3]],)).fetchone()[0] == 0  # fmt: skip
             assert_consistent(conn)
         finally:
             close(model)

@@ -33,7 +33,7 @@ import orjson
 from connector import secrets, tokens
 from connector.counters import EMBED_INPUTS, EMBED_REQUESTS, EMBED_RETRIES, EMBED_TOKENS
 from connector.embedders.base import Embeddings, ModelSpec, Window, normalise, pool_windows
-from connector.errors import DocumentError, FatalError, TransientError
+from connector.errors import DocumentError, FatalError, TransientError, UnusableVector
 
 log = logging.getLogger(__name__)
 
@@ -284,13 +284,15 @@ def _vectors(body: bytes, expected: int) -> tuple[np.ndarray, int | None]:
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise TransientError(f"the embedding endpoint answered something that is not a list of embeddings: "
                              f"{type(exc).__name__}") from None  # fmt: skip
-    if vectors.ndim != 2 or not np.isfinite(vectors).all():
-        raise TransientError("the embedding endpoint answered vectors of unequal lengths or with non-finite values")
+    if vectors.ndim != 2:
+        raise TransientError("the embedding endpoint answered vectors of unequal lengths")
+    if not np.isfinite(vectors).all():
+        raise UnusableVector("the embedding endpoint answered a vector with non-finite values")
     # A zero vector (a faulty endpoint's, or values so large their norm overflows) has no direction: stored, its
     # chunk's distance to any question is NaN and vector search never finds it; cached, the same text stays so.
     norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
     if len(vectors) and not (np.isfinite(norms) & (norms > 0)).all():
-        raise TransientError("the embedding endpoint answered a zero vector, which no search can rank")
+        raise UnusableVector("the embedding endpoint answered a zero vector, which no search can rank")
     usage = answer.get("usage") if isinstance(answer, dict) else None
     used = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     return vectors, used if isinstance(used, int) and not isinstance(used, bool) and used >= 0 else None
