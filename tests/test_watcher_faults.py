@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psycopg
+import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from connector.settings import Settings
@@ -551,3 +552,71 @@ def test_a_path_too_long_for_a_key_is_a_failed_row_and_intake_goes_on(settings: 
         assert watcher.check() is None
     [(key, row)] = [(k, r) for k, r in _rows(dsn).items() if k != "later.txt"]
     assert row[0] == "failed" and len(key.encode()) <= 1024 and "sha256:" in key
+
+
+def _unshare_limited(watches: int) -> list[str] | None:
+    """A command prefix running its command in a user namespace of its own whose inotify watches are limited to
+    `watches` (the limit is per user namespace: the machine's stays as it is), or None where none can be made."""
+    prefix = ["unshare", "--user", "--map-root-user", "sh", "-c",
+              f'echo {watches} > /proc/sys/user/max_inotify_watches && exec "$@"', "sh"]  # fmt: skip
+    try:
+        ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return prefix if ok else None
+
+
+def test_a_tree_past_the_inotify_watch_limit_is_polled(migrated_dsn, tmp_path) -> None:
+    """A tree with more folders than the user's inotify watches (`fs.inotify.max_user_watches`, shared by all of
+    that user's processes): reached at start, the sidecar died with `OSError: inotify watch limit reached` (a
+    crash loop under a supervisor); reached later, the new folders went unwatched and their files waited for the
+    periodic rescan (an hour here). The watcher now polls the tree instead, and says so."""
+    prefix = _unshare_limited(40)
+    if prefix is None:
+        pytest.skip("cannot make a user namespace here (unshare --user) to limit inotify watches")
+    inbox = tmp_path / "inbox"
+    for i in range(30):
+        (inbox / f"d{i:02d}").mkdir(parents=True)
+    shutil.copy(FIXTURES / "apache-2.0.txt", inbox / "d00" / "licence.txt")
+    (tmp_path / "sock").mkdir()
+    proxy = Proxy(migrated_dsn, tmp_path / "sock")  # the namespace's root may not enter the server's socket folder
+    env = {**child_env(tmp_path), **FAST, "CONNECTOR_RESCAN_SECONDS": "3600"}
+    cmd = [*prefix, *connector_cmd("run", "--watch", str(inbox), "--dsn", proxy.dsn, "--embedder", "fake")]
+    procs: list[subprocess.Popen] = []
+
+    def start() -> subprocess.Popen:
+        log = open(tmp_path / f"sidecar-{len(procs)}.log", "w+")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc.log = log  # type: ignore[attr-defined]  # for output_of
+        procs.append(proc)
+        return proc
+
+    try:
+        first = start()
+        _wait(first, lambda: _status(migrated_dsn, "d00/licence.txt") == "done", 120, "the first file done")
+        for i in range(30, 60):  # past the 40 watches while it runs
+            (inbox / f"d{i:02d}").mkdir()
+            (inbox / f"d{i:02d}" / "note.txt").write_text(f"a note in folder {i}: " + "words of the note " * 20)
+        keys = [f"d{i:02d}/note.txt" for i in range(30, 60)]
+        _wait(first, lambda: all(_status(migrated_dsn, k) == "done" for k in keys), 120, "every new folder's file")
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(60) == 0, output_of(first)[-4000:]
+        assert "inotify ran out of watches" in output_of(first)
+
+        second = start()  # 60 folders for 40 watches from the start
+        _wait(second, lambda: "rescanned" in output_of(second), 120, "the start rescan")
+        assert second.poll() is None, output_of(second)[-4000:]
+        (inbox / "d59" / "later.txt").write_text("written while the tree is polled: " + "more words " * 30)
+        (inbox / "d00" / "licence.txt").unlink()
+        _wait(second, lambda: _status(migrated_dsn, "d59/later.txt") == "done", 120, "a file of the polled tree")
+        _wait(second, lambda: _status(migrated_dsn, "d00/licence.txt") is None, 60, "a deleted file removed")
+        assert "polling it every" in output_of(second)
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0, output_of(second)[-4000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.log.close()  # type: ignore[attr-defined]
+        proxy.stop()

@@ -11,10 +11,16 @@ re-embedded.
 Events can be lost (the kernel's inotify queue overflows on a burst; nobody watches while the sidecar is down), so
 the folder is also rescanned (see `connector.sources.folder.rescan`): at start, after every reconnection to the
 database, when watchdog reports lost events (`EventsLostEvent`: the queue overflowed), and every `rescan_seconds`.
+
+inotify needs one watch per folder, and the kernel limits them per user (`fs.inotify.max_user_watches`, shared by
+every process of that user) and the inotify instances too (`max_user_instances`). A tree past the limit made the
+observer fail to start (the sidecar died at start) or, reached later, left new folders unwatched until the periodic
+rescan, so the watcher then polls the tree instead (watchdog's `PollingObserver`, every `POLL_SECONDS`) and says so.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -34,6 +40,8 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
+from watchdog.observers.polling import PollingObserver
 
 from connector.db.database import connect, guard_session
 from connector.db.rows import FileSignature
@@ -50,6 +58,12 @@ STALL_SECONDS = 300.0
 
 _TICK = 0.2  # seconds between passes of the settle loop
 UNLISTED_CHECK_SECONDS = 2.0  # how often the folders a rescan could not list are tried again
+
+POLL_SECONDS = 5.0
+"""Between two polls of the tree when inotify is out of watches: a poll stats every file (about 0.5 s of CPU for
+22,000 files on a busy 2-core machine), so it is not done every second."""
+
+_OUT_OF_WATCHES = {errno.ENOSPC, errno.EMFILE}  # what inotify_add_watch and inotify_init say at the user's limits
 
 
 # Events that mean "the content may have changed". Opening and closing without writing are left out: our own reads
@@ -111,16 +125,20 @@ class FolderWatcher:
         self._unlisted: list[Path] = []
         self._next_unlisted_check = 0.0
         self._died: str | None = None
-        self._observer = self._new_observer()
+        self._polling = False  # inotify ran out of watches: the tree is polled
+        self._out_of_watches = _OutOfWatches(self.root)
+        self._observer: BaseObserver = self._new_observer()
         self._thread = self._new_thread()
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self._root_id = _identity(self.root)
-        self._observer.start()  # before the first rescan (in the settle thread), so nothing written meanwhile is missed
+        logging.getLogger("watchdog.observers.inotify").addFilter(self._out_of_watches)
+        self._start_observer()  # before the first rescan (in the settle thread), so nothing written meanwhile is missed
         self._thread.start()
 
     def stop(self) -> None:
+        logging.getLogger("watchdog.observers.inotify").removeFilter(self._out_of_watches)
         with self._lock:
             self._stop.set()
             observer = self._observer
@@ -174,10 +192,28 @@ class FolderWatcher:
         if not is_directory:
             self.touch(dest)  # queued if new or changed; a plain rename finds its bytes already stored
 
-    def _new_observer(self) -> Observer:
-        observer = Observer()
+    def _new_observer(self) -> BaseObserver:
+        observer = PollingObserver(timeout=POLL_SECONDS) if self._polling else Observer()
         observer.schedule(_Events(self), str(self.root), recursive=True)
         return observer
+
+    def _start_observer(self) -> None:
+        try:
+            self._observer.start()
+        except OSError as exc:
+            if exc.errno not in _OUT_OF_WATCHES or self._polling:
+                raise
+            self._poll_instead(exc)
+            self._observer = self._new_observer()
+            self._observer.start()
+
+    def _poll_instead(self, exc: OSError) -> None:
+        self._polling = True
+        log.error(
+            "cannot watch every folder of %s with inotify (%s): polling it every %.0f s instead; raise "
+            "fs.inotify.max_user_watches (and max_user_instances) and restart to be told of changes at once",
+            self.root, exc.strerror or exc, POLL_SECONDS,
+        )  # fmt: skip
 
     def _new_thread(self) -> threading.Thread:
         return threading.Thread(target=self._settle_main, name="folder-settle", daemon=True)
@@ -253,6 +289,9 @@ class FolderWatcher:
             why = "the watched folder was moved or replaced"
         elif self._unlisted_now_listable():
             why = "a folder that could not be listed can be now"
+        elif (exc := self._out_of_watches.hit) is not None and not self._polling:
+            self._poll_instead(exc)  # the folders made since are unwatched (the rescan after the restart reads them)
+            why = "inotify ran out of watches"
         else:
             return
         self._problem = f"{why}; restarting the folder watcher"
@@ -267,7 +306,7 @@ class FolderWatcher:
             self._root_id = _identity(self.root)
             self._unlisted = []
             self._observer = self._new_observer()
-            self._observer.start()
+            self._start_observer()
         self._problem = None
         self.request_rescan("observer restarted")
 
@@ -342,6 +381,25 @@ class FolderWatcher:
         with self._lock:
             if self._pending.get(path, (0.0, None))[1] == signature:
                 del self._pending[path]
+
+
+class _OutOfWatches(logging.Filter):
+    """Notes that watchdog's inotify observer, already running, could not watch a new folder under `root` for lack
+    of watches: it logs that (a warning with the OSError) and carries on with that subtree unwatched."""
+
+    def __init__(self, root: Path):
+        super().__init__()
+        self.root = os.fsencode(root)
+        self.hit: OSError | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        for exc in args:
+            if isinstance(exc, OSError) and exc.errno in _OUT_OF_WATCHES:
+                path = os.fsencode(next((a for a in args if isinstance(a, bytes | str)), b""))
+                if path == self.root or path.startswith(self.root + os.sep.encode()):
+                    self.hit = exc
+        return True
 
 
 def _listable(folder: Path) -> bool:
