@@ -261,8 +261,12 @@ class Worker:
         # InternalError) is the connection's, not the document's.
         if isinstance(exc, psycopg.Error) and self.store.conn.broken:
             raise TransientError(f"database connection lost while processing {row.source_key}: {exc}") from exc
+        if isinstance(exc, psycopg.errors.DiskFull):
+            # The database's disk, not the document: spending its tries failed every document that arrived while
+            # the disk was full, for good (a failed file is not queued again for the same bytes).
+            return self._retry(row, f"database disk full: {exc}", content_hash, counted=False)
         if isinstance(exc, psycopg.OperationalError):
-            return self._retry(row, f"database error: {exc}", content_hash)  # a timeout, a full disk...
+            return self._retry(row, f"database error: {exc}", content_hash)  # a timeout, a lock...
         if isinstance(exc, TransientError):
             return self._retry(row, str(exc), content_hash)
         if isinstance(exc, FatalError):
@@ -378,9 +382,10 @@ class Worker:
         log.warning("failed %s: %s", row.source_key, error, extra={"document_id": row.id, "source_key": row.source_key})
         return "failed"
 
-    def _retry(self, row: ClaimedRow, error: str, content_hash: str | None) -> Result:
-        delay = min(self.retry_base_s * 2**row.retries, MAX_BACKOFF_S)
-        status = self.store.retry_later(row, error, delay, self.max_attempts, content_hash)
+    def _retry(self, row: ClaimedRow, error: str, content_hash: str | None, counted: bool = True) -> Result:
+        # An uncounted retry backs off by claims instead (`attempts`, one more each time it is claimed).
+        delay = min(self.retry_base_s * 2 ** (row.retries if counted else row.attempts - 1), MAX_BACKOFF_S)
+        status = self.store.retry_later(row, error, delay, self.max_attempts, content_hash, counted)
         context = {"document_id": row.id, "source_key": row.source_key}
         if status == LOCKED:
             return self._locked(row)

@@ -4,9 +4,12 @@ worker, and a soak of `connector run --workers 4` over text, Markdown and PDF fi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import subprocess
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -523,4 +526,65 @@ def test_a_write_waits_for_a_migration_queued_on_the_table_without_giving_up(set
         assert waited, f"still waiting behind the migration past LOCK_WAIT, not {result}"
         assert result == ["done"]
         ddl.execute("ALTER TABLE connector.documents DROP COLUMN review_note")
+        assert_consistent(conn)
+
+
+@pytest.fixture
+def full_tablespace(settings: Settings):
+    """`connector.chunks` moved to a tablespace on a real 4 MB tmpfs, filled to the last byte but for what the move
+    itself took; yields the filler file (delete it to free the space). Skipped where tmpfs cannot be mounted."""
+    mnt = Path(tempfile.mkdtemp(prefix="connector-test-ts-"))  # not under tmp_path: the server's user must enter it
+    mnt.chmod(0o755)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        mnt.rmdir()
+        pytest.skip("cannot mount a tmpfs here (needs root) to fill a tablespace")
+    dsn = settings.dsn.get_secret_value()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            (data_dir,) = conn.execute("SHOW data_directory").fetchone()
+            os.chown(mnt, os.stat(data_dir).st_uid, -1)  # the server's own user writes there
+            (mnt / "ts").mkdir()
+            os.chown(mnt / "ts", os.stat(data_dir).st_uid, -1)
+            name = f"small_{os.getpid()}"
+            conn.execute(f"CREATE TABLESPACE {name} LOCATION '{mnt / 'ts'}'")
+            try:
+                conn.execute(f"ALTER TABLE connector.chunks SET TABLESPACE {name}")
+                filler = mnt / "filler"
+                # tmpfs allocates as it is written: write until it refuses (unbuffered: nothing left to flush)
+                with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+                    while True:
+                        f.write(b"\0" * 4096)
+                yield filler
+            finally:
+                filler.unlink(missing_ok=True)
+                conn.execute("ALTER TABLE connector.chunks SET TABLESPACE pg_default")
+                conn.execute(f"DROP TABLESPACE {name}")
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+        mnt.rmdir()
+
+
+def test_a_full_database_disk_costs_the_documents_no_try(settings: Settings, full_tablespace: Path) -> None:
+    """The disk under the chunks' tables filled up (pg_wal on a volume of its own, a tablespace, a quota): every
+    document written meanwhile spent its tries on `could not extend file ... No space left on device` and ended
+    `failed`, for good: space coming back did not bring it back, and a failed file is not queued again for the
+    same bytes. The disk is not the document's fault: it now waits, with backoff and the reason, for the space."""
+    settings = settings.model_copy(update={"retry_base_seconds": 0.05, "max_attempts": 2})
+    text = (FIXTURES / "apache-2.0.txt").read_text()
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        doc = conn.execute(
+            "INSERT INTO connector.documents (source_key, content) VALUES ('licence', %s) RETURNING id", (text,)
+        ).fetchone()[0]
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [])
+        for _ in range(4):  # twice the try budget
+            backoff_ends(conn, doc)
+            assert worker.process(worker.store.claim_next(60, "w")) == "retry"
+            status, retries, error = conn.execute(
+                "SELECT status, retries, last_error FROM connector.documents WHERE id = %s", (doc,)
+            ).fetchone()
+            assert (status, retries) == ("pending", 0), error
+            assert error.startswith("database disk full: could not extend file"), error
+        full_tablespace.unlink()  # the operator frees space
+        backoff_ends(conn, doc)
+        assert worker.process(worker.store.claim_next(60, "w")) == "done"
         assert_consistent(conn)

@@ -233,13 +233,16 @@ WHERE id = %(id)s AND attempts = %(token)s AND status = 'processing'
 """
 
 # A transient failure: back off (exponentially, computed by the caller), or give up after the configured tries.
+# `counted` false: the failure is not the document's (the database's disk is full), no try is spent on it.
 RETRY_LATER = """
 UPDATE connector.documents
 SET status = CASE WHEN status = 'pending' THEN 'pending'
-                  WHEN retries + 1 >= %(max)s THEN 'failed' ELSE 'pending' END,
-    failed_hash = CASE WHEN status <> 'pending' AND retries + 1 >= %(max)s THEN %(hash)s ELSE failed_hash END,
+                  WHEN %(counted)s AND retries + 1 >= %(max)s THEN 'failed' ELSE 'pending' END,
+    failed_hash = CASE WHEN status <> 'pending' AND %(counted)s AND retries + 1 >= %(max)s THEN %(hash)s
+                       ELSE failed_hash END,
     -- requeued with new content meanwhile (status already pending): its fresh budget and schedule stay
-    retries = CASE WHEN status = 'pending' THEN retries ELSE retries + 1 END, last_error = %(error)s,
+    retries = CASE WHEN status = 'pending' OR NOT %(counted)s THEN retries ELSE retries + 1 END,
+    last_error = %(error)s,
     retry_after = CASE WHEN status = 'pending' THEN retry_after ELSE now() + make_interval(secs => %(delay)s) END,
     lease_expires_at = NULL, claimed_by = NULL, updated_at = now()
 WHERE id = %(id)s AND attempts = %(token)s

@@ -191,11 +191,18 @@ class Store:
         return cur.rowcount == 1
 
     def retry_later(
-        self, row: ClaimedRow, error: str, delay_s: float, max_attempts: int, content_hash: str | None = None
+        self,
+        row: ClaimedRow,
+        error: str,
+        delay_s: float,
+        max_attempts: int,
+        content_hash: str | None = None,
+        counted: bool = True,
     ) -> str | None:
-        """Back to the queue after `delay_s`, or `failed` once `max_attempts` tries have failed; the new status."""
+        """Back to the queue after `delay_s`, or `failed` once `max_attempts` tries have failed; the new status.
+        `counted=False`: the failure was not the document's, no try is spent."""
         params = {"id": row.id, "token": row.attempts, "error": error[:4000], "delay": delay_s, "max": max_attempts,
-                  "hash": content_hash}  # fmt: skip
+                  "hash": content_hash, "counted": counted}  # fmt: skip
         done = self._update_own(queries.RETRY_LATER, params)
         if done is None:
             return LOCKED
