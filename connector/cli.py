@@ -199,7 +199,14 @@ def _pipelines(settings: Settings, dsn: str, *, no_migrate: bool = False, cpu_po
     database; returns a factory of pipelines sharing it (and, with `cpu_pool`, a CPU pool: for the sidecar's
     batches; `connector ingest` takes one file at a time, where a pool would only add its start)."""
     from connector import embedders
-    from connector.db.database import connect, ensure_embedding_model, guard_session, migrate, require_migrated
+    from connector.db.database import (
+        connect,
+        ensure_embedding_model,
+        guard_session,
+        migrate,
+        require_migrated,
+        require_privileges,
+    )
 
     spec = embedders.spec_of_settings(settings)
     embedder = None
@@ -212,6 +219,7 @@ def _pipelines(settings: Settings, dsn: str, *, no_migrate: bool = False, cpu_po
         migrate(dsn, spec.dim)
     with connect(dsn) as conn:
         guard_session(conn, settings.lease_seconds)  # a replica frozen in this insert held every other one back
+        require_privileges(conn)
         # Checked before the model is loaded: a mismatch stops at once, having written nothing.
         ensure_embedding_model(conn, spec)
     from connector.metrics import Resources

@@ -308,3 +308,28 @@ def test_a_runtime_role_runs_the_sidecar_and_an_owner_migrates(tmp_path: Path, d
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with psycopg.connect(app, autocommit=True) as conn:
         assert conn.execute(index).fetchone() == ("connector_owner",), proc.stderr
+
+
+def test_a_read_only_runtime_role_is_told_which_grants_are_missing(tmp_path: Path, dsn: str, readme_roles) -> None:
+    """A runtime role that may only read (or lost its write grants): the sidecar started, then each worker died
+    on its first claim with a traceback and `permission denied for table documents`, naming neither the
+    privilege nor the grant. It now stops before starting, in one line saying what is missing and what to run."""
+    owner, app = readme_roles
+    proc = _run(tmp_path, "migrate", CONNECTOR_DSN=owner)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    args = ("run", "--once", "--no-watch", "--no-migrate", "--embedder", "fake")
+    first = _queue_row(owner, "while-it-could-write")  # the embedding model is recorded: the start checks pass
+    assert _run(tmp_path, *args, CONNECTOR_DSN=app).returncode == 0 and _status(owner, first)[0] == "done"
+    doc = _queue_row(owner, "read-only")
+    with psycopg.connect(owner, autocommit=True) as conn:
+        conn.execute("REVOKE INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA connector FROM connector_app")
+    line = _assert_one_line_error(_run(tmp_path, *args, CONNECTOR_DSN=app), 2, starts="error: role connector_app")
+    assert "lacks INSERT on" in line and "connector.documents" in line and "UPDATE on" in line, line
+    assert "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA connector TO connector_app" in line, line
+    assert _status(owner, doc)[0] == "pending", "nothing was claimed"
+
+    with psycopg.connect(owner, autocommit=True) as conn:  # the grant the message names
+        conn.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA connector TO connector_app")
+    proc = _run(tmp_path, *args, CONNECTOR_DSN=app)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _status(owner, doc)[0] == "done"

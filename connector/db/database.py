@@ -186,6 +186,26 @@ def require_migrated(dsn: str) -> None:
     )
 
 
+def require_privileges(conn: psycopg.Connection) -> None:
+    """Refuse to start, saying which grants are missing, when this role may not read and write every table of the
+    schema (README: Roles). A read-only role started, then each worker died on its first claim with a traceback
+    and `permission denied for table documents`, not saying which privilege or grant."""
+    with conn.transaction():
+        missing = conn.execute(queries.MISSING_PRIVILEGES).fetchall()
+        (role,) = conn.execute("SELECT current_user").fetchone()
+    if not missing:
+        return
+    lacks: dict[str, list[str]] = {}
+    for table, privilege in missing:
+        lacks.setdefault(privilege, []).append(f"connector.{table}")
+    what = "; ".join(f"{privilege} on {', '.join(tables)}" for privilege, tables in lacks.items())
+    raise FatalError(
+        f"role {role} may not do what the sidecar does: it lacks {what}. As the schema's owner: GRANT SELECT, "
+        f"INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA connector TO {role}; GRANT USAGE ON ALL SEQUENCES IN "
+        f"SCHEMA connector TO {role} (README: Roles)"
+    )
+
+
 def migrate(dsn: str, embedding_dim: int, revision: str = "head", *, downgrade: bool = False) -> None:
     """Apply (or revert) migrations over one SQLAlchemy connection, in a transaction.
 

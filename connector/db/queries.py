@@ -539,3 +539,20 @@ WHERE source = 'table' AND left(source_key, length(%(prefix)s) + 1) = %(prefix)s
 SEARCH = "SELECT * FROM connector.search(%(embedding)s, %(text)s, %(k)s, %(filter)s)"
 
 SEARCH_CONTEXT = "SELECT * FROM connector.search_context(%(chunk_id)s, %(neighbours)s)"
+
+# What README's *Roles* grants the runtime role and this role lacks: every row of every table of the schema (the
+# revision table is only read), the sequences' ids. One privilege at a time: `has_table_privilege` with a list is
+# true when any of them is held.
+MISSING_PRIVILEGES = """
+SELECT c.relname, p.privilege
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+CROSS JOIN LATERAL unnest(CASE WHEN c.relkind = 'S' THEN ARRAY['USAGE']
+                               WHEN c.relname = 'alembic_version' THEN ARRAY['SELECT']
+                               ELSE ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE'] END)
+     WITH ORDINALITY AS p(privilege, i)
+WHERE n.nspname = 'connector' AND c.relkind IN ('r', 'p', 'S')
+  AND NOT CASE WHEN c.relkind = 'S' THEN has_sequence_privilege(c.oid, p.privilege)
+               ELSE has_table_privilege(c.oid, p.privilege) END
+ORDER BY c.relname, p.i
+"""
