@@ -455,6 +455,20 @@ def test_sqlite_pages_keep_their_text_without_the_site_and_superscripts_stay_num
             assert chrome not in page.markdown, chrome
 
 
+def test_texi2html_examples_stay_code_blocks_with_their_lines() -> None:
+    """texi2html (GNU manuals built before Texinfo 5) indents each example with a table, an empty cell beside a
+    `<pre>`: as a pipe table's cell, all 301 examples of the gettext manual ran onto one line each ("``` white-space
+    #  translator-comments #. extracted-comments … ```"), a PO entry no longer a PO entry."""
+    d = doc("texi2html-gettext-po-format.html")
+    assert headings(d) == ["3. The Format of PO Files"]
+    entry = '```\n#: lib/error.c:116\nmsgid "Unknown system error"\nmsgstr "Error desconegut del sistema"\n```'
+    assert entry in d.markdown
+    assert "#. extracted-comments\n#: reference…\n" in d.markdown
+    codes = [d.markdown[b.start : b.end] for b in d.blocks if b.kind == "code"]
+    assert len(codes) == 6 and all(c.count("\n") >= 3 for c in codes)
+    assert not any("```" in line for line in _table_rows(d.markdown)), "no code block inside a table row"
+
+
 def _table_rows(markdown: str) -> list[str]:
     return [line.strip() for line in markdown.splitlines() if line.strip().startswith("|")]
 

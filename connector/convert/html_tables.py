@@ -3,8 +3,10 @@ an empty cell wherever a cell above spans down into them.
 
 A page laid out with a `<table>` (a column of links beside the content, as sites of the 1990s were built) holds
 headings, paragraphs and other tables in its cells. As a pipe table it becomes one row of glued text whose headings
-are lost, so a table with a heading, a table or several paragraphs in one of its cells (or `role="presentation"`)
-is unwrapped: its rows and cells become `<div>`s. A list or one paragraph per cell stays a data table: Sphinx puts
+are lost, so a table with a heading, a table, several paragraphs or a code block of several lines in one of its cells
+(or `role="presentation"`) is unwrapped: its rows and cells become `<div>`s. texi2html (GNU manuals built before
+Texinfo 5: gettext's) indents every example with a table, an empty cell then the `<pre>`: a pipe table's cell is one
+line, so the example's lines ran together into one. A list or one paragraph per cell stays a data table: Sphinx puts
 a `<p>` in every cell.
 
 markdownify writes each `<tr>`'s cells in order and ignores `rowspan`: the rows below a spanning cell come out short,
@@ -67,7 +69,7 @@ def _tables(root: Tag) -> list[_Table]:
             elif tag.name in ("td", "th"):
                 cell = tag
         elif table is not None and cell is not None:
-            if _HEADING.match(tag.name):
+            if _HEADING.match(tag.name) or (tag.name == "pre" and "\n" in tag.get_text().strip("\n")):
                 table.layout = True
             elif tag.name == "p":
                 paragraphs[id(cell)] = paragraphs.get(id(cell), 0) + 1
