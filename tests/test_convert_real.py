@@ -197,6 +197,26 @@ def test_docx_headings_lists_tables_and_core_title() -> None:
     assert doc("officer-table-complex.docx").title is None, "an empty core title is none (the file name: pipeline)"
 
 
+def test_odt_paragraphs_in_a_fixed_pitch_style_are_code_blocks_with_their_indentation() -> None:
+    """ODT code listings are paragraphs in a monospaced style (the live manual's `P_code`, odfpy's `Example` in
+    Courier): each came out a Markdown paragraph of its own, escaped (61 root prompts `# lb build` written
+    `\\# lb build`), and `text:s` runs collapsed to one space, so a Python loop lost its indentation."""
+    live = doc("live-manual-en.odt")
+    assert "```\n# lb build\n```" in live.markdown
+    assert "\\#" not in live.markdown
+    assert live.block_at(live.markdown.index("$ mkdir live-default && cd live-default")).kind == "code"
+    api = doc("odfpy-api.odt")
+    loop = "for paragraph in doc.getElementsByType(text.P):\n    print paragraph.getAttribute('stylename')\n```"
+    assert loop in api.markdown
+    example = api.markdown.index("from odf.opendocument import OpenDocumentText")
+    block = api.block_at(example)
+    assert block.kind == "code" and block.section_path[-1] == "Example"
+    lines = api.markdown[block.start : block.end].strip().splitlines()
+    assert len(lines) == 26 and lines[4] == "", "one block of 24 lines between its fences, its blank line kept"
+    assert len([b for b in api.blocks if b.kind == "code"]) == 15
+    assert "Unlike other more convenient APIs" in api.markdown
+
+
 def test_epub_odt_rmd_asciidoc_and_org_have_headings_and_titles() -> None:
     epub = doc("debian-history-en.epub")
     assert epub.title == "A Brief History of Debian"

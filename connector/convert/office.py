@@ -3,7 +3,8 @@
 
 Structure comes from what the formats record, never from looks: a DOCX heading is a paragraph whose style (or the
 style it is based on) is named "Heading N" or "Title" (style *names*: a French Word calls the style id `Titre1`);
-list items are paragraphs with numbering or a list style; tables become pipe tables, a merged cell's text once, a
+list items are paragraphs with numbering or a list style; an ODT paragraph whose style sets a fixed-pitch font is a
+line of code (consecutive ones a code block); tables become pipe tables, a merged cell's text once, a
 table inside a cell as text in that cell. A PPTX slide is a page: its title placeholder is a `##` heading, its text
 frames lists by indent level, its tables pipe tables, its speaker notes a paragraph. Titles come from the core
 properties, else the first heading.
@@ -240,6 +241,7 @@ _ODF = {
     "office": "urn:oasis:names:tc:opendocument:xmlns:office:1.0",
     "draw": "urn:oasis:names:tc:opendocument:xmlns:drawing:1.0",
     "dc": "http://purl.org/dc/elements/1.1/",
+    "style": "urn:oasis:names:tc:opendocument:xmlns:style:1.0",
 }
 
 
@@ -247,10 +249,12 @@ _ODF = {
 def odt(data: bytes) -> Document:
     from lxml import etree
 
+    parser = etree.XMLParser(resolve_entities=False, huge_tree=True)
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
-            content = etree.fromstring(z.read("content.xml"), etree.XMLParser(resolve_entities=False, huge_tree=True))
+            content = etree.fromstring(z.read("content.xml"), parser)
             meta = z.read("meta.xml") if "meta.xml" in z.namelist() else None
+            styles = etree.fromstring(z.read("styles.xml"), parser) if "styles.xml" in z.namelist() else None
     except (zipfile.BadZipFile, KeyError, etree.XMLSyntaxError) as exc:
         raise _open_error("ODT", exc) from exc
     title = None
@@ -258,10 +262,62 @@ def odt(data: bytes) -> Document:
         found = etree.fromstring(meta, etree.XMLParser(resolve_entities=False)).find(".//dc:title", _ODF)
         title = found.text if found is not None else None
     body = content.find(".//office:text", _ODF)
-    parts = list(_odt_notes(body)) if body is not None else []
-    return _document(_join(_notes_after_lists(parts)), title, "ODT document")
+    code = _odt_code_styles([content] if styles is None else [styles, content])
+    parts = list(_odt_notes(body, code)) if body is not None else []
+    return _document(_join(_code_blocks(_notes_after_lists(parts))), title, "ODT document")
 
 
+def _odt_code_styles(trees: list) -> frozenset[str]:
+    """The paragraph styles set in a fixed-pitch font (its font face declared `style:font-pitch="fixed"`), by
+    themselves or by the style they inherit from: the styles of code listings ("Preformatted Text", or a manual's own
+    `P_code`). The style records it, not the paragraph: direct formatting of one paragraph does not count. None when
+    the default style is fixed-pitch: a document typed all in Courier is no listing."""
+    st = f"{{{_ODF['style']}}}"
+    fixed = {face.get(st + "name") for tree in trees for face in tree.iter(st + "font-face")
+             if face.get(st + "font-pitch") == "fixed"}  # fmt: skip
+    parent: dict[str, str] = {}
+    font: dict[str, str] = {}
+    for tree in trees:
+        for style in (*tree.iter(st + "default-style"), *tree.iter(st + "style")):
+            if style.get(st + "family") != "paragraph":
+                continue
+            name = style.get(st + "name") or ""  # "": the default style, every chain's end
+            parent[name] = style.get(st + "parent-style-name") or "" if name else ""
+            props = style.find(st + "text-properties")
+            if props is not None and props.get(st + "font-name"):
+                font[name] = props.get(st + "font-name")
+
+    def monospace(name: str) -> bool:
+        for _ in range(20):  # a chain of parents, never a loop
+            if name in font or not name:
+                return font.get(name) in fixed
+            name = parent.get(name, "")
+        return False
+
+    if monospace("") or monospace("Standard"):
+        return frozenset()
+    return frozenset(name for name in parent if name and monospace(name))
+
+
+def _code_blocks(parts: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    """Consecutive code lines as one fenced code block; empty lines inside it kept, those around it dropped."""
+    lines: list[str] = []
+    for kind, text in (*parts, ("end", "")):
+        if kind == "code":
+            lines.append(text)
+            continue
+        if any(line.strip() for line in lines):
+            code = "\n".join(lines).strip("\n")
+            fence = "`" * max([3, *(len(run) + 1 for run in re.findall(r"`{3,}", code))])
+            yield "code", f"{fence}\n{code}\n{fence}"
+        lines = []
+        if kind != "end":
+            yield kind, text
+
+
+MAX_CODE_SPACES = 200
+"""A code line's `text:s` stands for at most this many spaces: deep enough for any indentation, where a count of
+millions in a few bytes of XML would fill the memory."""
 _XML_SPACE = re.compile(r"[ \t\r\n]+")  # ODF collapses white space in text as HTML does; text:s, text:tab say more
 
 
@@ -280,28 +336,33 @@ _ODT_FRAME, _ODT_TEXT_BOX, _ODT_TABLE, _ODT_COMMENT = map(
 )
 
 
-def _odt_notes(body) -> Iterator[tuple[str, str]]:
-    """The parts of an ODT body, each followed by the notes it cites as Markdown footnotes, numbered in order."""
+def _odt_notes(body, code: frozenset[str] = frozenset()) -> Iterator[tuple[str, str]]:
+    """The parts of an ODT body, each followed by the notes it cites as Markdown footnotes, numbered in order; the
+    paragraphs in a style of `code` are code lines."""
     notes: list[str] = []
     done = 0
-    for part in _odt_parts(body, notes, 0):
+    for part in _odt_parts(body, notes, 0, code):
         yield part
         yield from (("note", f"[^{n + 1}]: {notes[n]}") for n in range(done, len(notes)))
         done = len(notes)
 
 
-def _odt_parts(el, notes: list[str], depth: int) -> Iterator[tuple[str, str]]:
+def _odt_parts(el, notes: list[str], depth: int, code: frozenset[str]) -> Iterator[tuple[str, str]]:
     t, tb = f"{{{_ODF['text']}}}", f"{{{_ODF['table']}}}"
     for child in el:
         if child.tag == t + "h":
             level = int(child.get(t + "outline-level") or 1)
             text = " ".join(_odt_inline(child, notes, None).split())
             yield ("heading", "#" * min(max(level, 1), 6) + " " + text) if text else ("heading", "")
+        elif child.tag == t + "p" and child.get(t + "style-name") in code:
+            # as paragraphs, each line was a block of its own, Markdown-escaped (a `#` prompt as `\#`), unindented
+            text = _odt_inline(child, notes, None, code=True)
+            yield from (("code", line.strip(" ").replace("\0", " ")) for line in text.split("\n"))
         elif child.tag == t + "p":
             frames: list = []
             yield "paragraph", _escape(_lines(_odt_inline(child, notes, frames)))
             for frame in frames:  # a frame's paragraphs are paragraphs of their own, after the one it is anchored in
-                yield from _odt_parts(frame, notes, depth)
+                yield from _odt_parts(frame, notes, depth, code)
         elif child.tag == t + "list":
             for item in child.iter(t + "list-item"):
                 texts = [" ".join(_odt_inline(p, notes, None).split()) for p in item if p.tag in (t + "p", t + "h")]
@@ -310,7 +371,7 @@ def _odt_parts(el, notes: list[str], depth: int) -> Iterator[tuple[str, str]]:
         elif child.tag == tb + "table":
             yield "table", pipe_table(_odt_rows(child, notes))
         elif child.tag in _ODT_CONTAINERS or child.tag.endswith("}index-body"):
-            yield from _odt_parts(child, notes, depth)
+            yield from _odt_parts(child, notes, depth, code)
 
 
 def _odt_rows(table, notes: list[str]) -> list[list[str]]:
@@ -320,15 +381,19 @@ def _odt_rows(table, notes: list[str]) -> list[list[str]]:
             for r in rows]  # fmt: skip
 
 
-def _odt_inline(el, notes: list[str], frames: list | None) -> str:
+def _odt_inline(el, notes: list[str], frames: list | None, code: bool = False) -> str:
     """The text under `el`: `text:s` a space, `text:tab` a tab, `text:line-break` a line break, a note its `[^n]`
     (its text appended to `notes`), a paragraph inside on lines of its own, comments nothing. Frames anchored here go
     to `frames`, to be read after the paragraph; with no list (in a heading, list item or cell) their text is read in
-    place."""
+    place. In `code`, `text:s` is as many NULs as it counts spaces (no XML text holds a NUL): the caller strips the
+    spaces of the XML's layout around each line, then makes them the spaces that indent code."""
     out = [_XML_SPACE.sub(" ", el.text or "")]
     for child in el:
         tag = child.tag
-        if tag in (_ODT_SPACE, _ODT_TAB):
+        if tag == _ODT_SPACE and code:
+            count = child.get(f"{{{_ODF['text']}}}c") or "1"
+            out.append("\0" * min(int(count) if count.isdigit() else 1, MAX_CODE_SPACES))
+        elif tag in (_ODT_SPACE, _ODT_TAB):
             out.append(" " if tag == _ODT_SPACE else "\t")  # runs of spaces are collapsed anyway: one is enough
         elif tag == _ODT_BREAK:
             out.append("\n")
@@ -345,6 +410,6 @@ def _odt_inline(el, notes: list[str], frames: list | None) -> str:
             out.append("\n" + docx_xml.nested_table(_odt_rows(child, notes)) + "\n")
         elif isinstance(tag, str) and tag != _ODT_COMMENT:  # spans, links, fields; not XML comments
             paragraph = tag in _ODT_PARAGRAPHS
-            out.append("\n" * paragraph + _odt_inline(child, notes, frames) + "\n" * paragraph)
+            out.append("\n" * paragraph + _odt_inline(child, notes, frames, code) + "\n" * paragraph)
         out.append(_XML_SPACE.sub(" ", child.tail or ""))
     return "".join(out)
