@@ -217,6 +217,31 @@ def test_odt_paragraphs_in_a_fixed_pitch_style_are_code_blocks_with_their_indent
     assert "Unlike other more convenient APIs" in api.markdown
 
 
+def test_an_underlined_title_with_its_text_right_below_is_a_heading() -> None:
+    """git's manuals are AsciiDoc shipped as `.txt`: `NAME` / `----` / `git-rebase - …` with no blank line between,
+    which reStructuredText allows too. NAME, SYNOPSIS, DESCRIPTION and OPTIONS were no headings (22 of 24 found),
+    their text under the page title; and three listings whose `----` rules are as long as the command
+    (`$ git rebase -i HEAD~5`) were headings."""
+    d = doc("git-rebase-asciidoc.txt")
+    assert headings(d) == GIT_REBASE_HEADINGS
+    assert d.title == "git-rebase(1)"
+    name = d.markdown.index("git-rebase - Reapply commits on top of another base tip")
+    assert d.block_at(name).kind == "paragraph" and d.section_path_at(name) == ("git-rebase(1)", "NAME")
+    assert d.section_path_at(d.markdown.index("--onto <newbase>::")) == ("git-rebase(1)", "OPTIONS")
+    listing = d.block_at(d.markdown.index("$ git rebase -i HEAD~5"))
+    assert listing.kind == "paragraph" and listing.section_path == ("git-rebase(1)", "INTERACTIVE MODE")
+    assert not [h for h in headings(d) if h.startswith(("[", "$"))], "no block label, attribute or command"
+
+
+GIT_REBASE_HEADINGS = [
+    "git-rebase(1)", "NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "INCOMPATIBLE OPTIONS", "BEHAVIORAL DIFFERENCES",
+    "Empty commits", "Directory rename detection", "Context", "Labelling of conflicts markers", "Hooks",
+    "Interruptability", "Commit Rewording", "Miscellaneous differences", "NOTES", "INTERACTIVE MODE",
+    "SPLITTING COMMITS", "RECOVERING FROM UPSTREAM REBASE", "The easy case", "The hard case", "REBASING MERGES",
+    "CONFIGURATION", "GIT",
+]  # fmt: skip
+
+
 def test_epub_odt_rmd_asciidoc_and_org_have_headings_and_titles() -> None:
     epub = doc("debian-history-en.epub")
     assert epub.title == "A Brief History of Debian"

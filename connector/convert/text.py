@@ -84,10 +84,15 @@ def blocks(text: str, dialect: str | None = None) -> tuple[Block, ...]:
             style = ("over" if _RULE.match(lines[0]) else "") + lines[-1].strip()[0]
             titles[m.start()] = (style, plain_title(title, None))
             spans.append((m.start(), m.end(), "heading"))
-        elif len(lines) > 1 and sum(bool(_LIST_ITEM.match(line)) for line in lines) >= 2:
-            spans.append((m.start(), m.end(), "list"))
+        elif pattern is None and (title := _glued_title(para)) is not None:
+            head_end = m.start() + para.index("\n", para.index("\n") + 1)
+            titles[m.start()] = (para.split("\n")[1].strip()[0], plain_title(title, None))
+            spans.append((m.start(), head_end, "heading"))
+            rest = _PARAGRAPH.search(text, head_end, m.end())
+            if rest is not None:
+                spans.append((rest.start(), m.end(), _kind(rest.group(0).splitlines())))
         else:
-            spans.append((m.start(), m.end(), "paragraph"))
+            spans.append((m.start(), m.end(), _kind(lines)))
     styles: list[str] = []
     path: list[tuple[int, str]] = []
     out = []
@@ -105,6 +110,10 @@ def blocks(text: str, dialect: str | None = None) -> tuple[Block, ...]:
             path.append((level, title))
         out.append(Block(start, end, kind, tuple(t for _, t in path)))
     return tuple(out)
+
+
+def _kind(lines: list[str]) -> str:
+    return "list" if len(lines) > 1 and sum(bool(_LIST_ITEM.match(line)) for line in lines) >= 2 else "paragraph"
 
 
 def _paragraphs(text: str, heading: re.Pattern | None, literal: _Literal) -> list[re.Match]:
@@ -201,13 +210,33 @@ _INLINE: dict[str, tuple[tuple[re.Pattern, str], ...]] = {
 }
 
 
+def _glued_title(para: str) -> str | None:
+    """The title of a paragraph that starts with a one-line title and its underline, the text right below them:
+    reStructuredText and AsciiDoc need no blank line there (git's manuals: `NAME` / `----` / `git-rebase - …`).
+    The underline must be about as long as the title (AsciiDoc allows two characters less; reStructuredText wants it
+    at least as long), so a rule under a line of text is no underline."""
+    lines = para.split("\n", 2)
+    if len(lines) < 3 or _RULE.match(lines[0]) or not _RULE.match(lines[1]) or _RULE.match(lines[2]):
+        return None
+    title, rule = lines[0].strip(), lines[1].strip()
+    if lines[0] != lines[0].lstrip() or len(rule) < max(len(title) - 2, 3) or title.endswith(":"):
+        return None
+    # A rule that comes again below opens a delimited block (`[NOTE]` / `====` … `====`, a `----` listing after its
+    # lead-in "Example contents:"): the line above it is the block's label or attributes, no title.
+    if title.startswith("[") and title.endswith("]"):
+        return None
+    return None if re.search(rf"^{re.escape(rule)}[ \t]*$", lines[2], re.MULTILINE) else title
+
+
 def _heading_title(lines: list[str]) -> str | None:
     if len(lines) >= 2 and _RULE.match(lines[-1]) and not _RULE.match(lines[-2]):
         if _RULE.match(lines[0]):
             # Overline and underline: a title between two equal rules at least as long as each of its (one or two)
-            # lines. An AsciiDoc listing (`----`, commands, `----`) is none: it made `$ git clone …` a title.
+            # lines. An AsciiDoc listing (`----`, commands, `----`) is none: it made `$ git clone …` a title, and
+            # one whose rules are as long as its command (git-rebase's `$ git rebase -i HEAD~5`) starts with a prompt.
             over, under, body = lines[0].strip(), lines[-1].strip(), [line.strip() for line in lines[1:-1]]
             fits = 1 <= len(body) <= 2 and all(0 < len(line) <= len(under) for line in body)
+            fits = fits and not body[0].startswith("$ ")
             return " ".join(" ".join(body).split()) if over == under and fits else None
         body = lines[:-1]
         if 1 <= len(body) <= 2 and all(line.strip() for line in body):
