@@ -51,9 +51,10 @@ _CHROME_CLASS = re.compile(
     r"^(?:related|sphinxsidebar\w*|footer|nav\w*|breadcrumbs?|wy-nav-\w+|rst-versions|"
     r"md-(?:header|footer|sidebar|tabs|search)\w*|(?:left|right)?sidebar\w*|skip-?link|cookie\w*|"
     r"site-(?:header|footer|nav)|[\w-]*menu|logo|tagline|docnav|"
-    r"notable-traits|test-arrow|srclink)$",
+    r"notable-traits|test-arrow|srclink|(?:short)?contents-heading)$",
     re.I,
 )
+# Texinfo's "Table of Contents" heading (`h2.contents-heading`) goes with the table of contents under it.
 # Publican's "Download the ebook" banner (the Debian handbook), doxygen's project name and logo above every page.
 _CHROME_ID = re.compile(r"^(?:banner|titlearea)$", re.I)
 # A list of links, not a table; sqlite.org's is `fancy_toc`. By its class a candidate only: see `_navigation`.
@@ -253,6 +254,7 @@ def _drop_chrome(root: Tag) -> None:
             or _CHROME_ID.match(str(tag.get("id") or ""))
             or _logos(tag)
             or _permalink(tag)
+            or _node_links(tag)
         ):
             doomed.append(tag)
         elif tag.name != "table" and any(_TOC_CLASS.match(c) for c in tag.get("class") or ()):
@@ -288,6 +290,35 @@ def _navigation(tag: Tag, page: int) -> bool:
     text = _chars(tag.get_text())
     links = sum(_chars(a.get_text()) for a in tag.find_all("a"))
     return links >= NAV_LINK_SHARE * text and _prose(tag) < NAV_PAGE_SHARE * page
+
+
+_NODE_RELS = frozenset({"next", "prev", "previous", "up", "contents", "index", "top", "start", "first", "last"})
+_BRACKETS = re.compile(r"[\s\[\]]*")
+
+
+def _node_links(tag: Tag) -> bool:
+    """The links to the next, previous and parent node that manuals made by Texinfo put above every node: makeinfo's
+    `div.header` / `div.nav-panel` ("Next: …, Previous: …, Up: …", each link with its `rel`), and texi2html's bar of
+    bracketed links (`[ << ] [ >> ] … [Top] [Contents] [Index] [ ? ]`), a table of one row. A single-page manual
+    (R's, libtool's) repeated them 140 times, each chunk's first line; texi2html's bar was a pipe table."""
+    classes = tag.get("class") or ()
+    if tag.name == "div" and ("header" in classes or "nav-panel" in classes):
+        links = tag.find_all("a")
+        rels = [set(a.get("rel") or ()) for a in links]
+        return bool(links) and all(rel and rel <= _NODE_RELS for rel in rels) and _unlinked(tag) <= _chars(
+            "".join(a.get_text() for a in links))  # fmt: skip
+    if tag.name != "table" or len(tag.find_all("tr", limit=2)) != 1 or tag.find("table") is not None:
+        return False
+    return len(tag.find_all("a", limit=3)) == 3 and _BRACKETS.fullmatch(_unlinked_text(tag)) is not None
+
+
+def _unlinked_text(tag: Tag) -> str:
+    return "".join(s for s in tag.find_all(string=True) if s.find_parent("a") is None)
+
+
+def _unlinked(tag: Tag) -> int:
+    """The characters of text under `tag` outside links, "Next:" and "Up:" labels included."""
+    return _chars(_unlinked_text(tag))
 
 
 def _logos(tag: Tag) -> bool:

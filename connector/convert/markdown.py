@@ -12,7 +12,12 @@ from connector.convert.structure import is_table_caption, tile
 from connector.models import Block
 
 _PARSER = MarkdownIt("commonmark").enable("table")
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\n.*?\n(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
+# YAML front matter opens with a key: a page that starts with a rule (texi2html's `<hr>` above the
+# chapter title) and has another further down was all "front matter", one code block without a heading.
+_FRONT_MATTER = re.compile(
+    r"\A---[ \t]*\n(?=[\w\"'.-][^\n:]*:(?:[ \t]|$))(?:.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)",
+    re.DOTALL | re.MULTILINE,
+)
 _CAPTION = re.compile(r"^(?:\*\*|_)?(?:Figure|Fig\.|Table|Listing)\s+[\dA-Z][\w.-]*[:.]", re.IGNORECASE)
 _FOOTNOTE = re.compile(r"^\[\^[^\]]+\]:")
 
