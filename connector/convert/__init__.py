@@ -2,8 +2,9 @@
 
 One module per input format; each produces Markdown (or keeps the user's text as it is) and its blocks:
 - Markdown (and R Markdown, Quarto): the text unchanged, blocks from a CommonMark parser;
-- plain text, reStructuredText, AsciiDoc, Org, LaTeX, source code, any other text: the text unchanged, paragraphs
-  and the dialect's headings (`text.py`);
+- plain text, AsciiDoc, Org, LaTeX, source code, any other text: the text unchanged, paragraphs and the dialect's
+  headings (`text.py`);
+- reStructuredText (`.rst`): parsed by docutils, written as HTML, then converted as HTML (`rst.py`);
 - HTML: the page's main content converted to Markdown, then parsed as Markdown;
 - man pages (roff, man(7) or mdoc(7)), Perl POD, Jupyter notebooks, e-mail (`.eml`) and SVG images: converted to
   Markdown (`roff.py`, `pod.py`, `notebook.py`, `mail.py`, `svg.py`), then parsed as Markdown;
@@ -22,7 +23,22 @@ from collections.abc import Callable
 from pathlib import PurePath
 
 from connector import tokens
-from connector.convert import epub, html, mail, markdown, notebook, office, pdf, pod, roff, sniff, structure, svg, text
+from connector.convert import (
+    epub,
+    html,
+    mail,
+    markdown,
+    notebook,
+    office,
+    pdf,
+    pod,
+    roff,
+    rst,
+    sniff,
+    structure,
+    svg,
+    text,
+)
 from connector.convert.sniff import decode
 from connector.errors import ConversionError, UnsupportedDocument
 from connector.models import Document
@@ -40,6 +56,7 @@ POD = "text/x-pod"
 NOTEBOOK = "application/x-ipynb+json"
 EML = "message/rfc822"
 SVG = "image/svg+xml"
+RST = ("text/x-rst", "text/prs.fallenstein.rst")
 
 MAX_DOCUMENT_BYTES = int(Settings.model_fields["max_document_mb"].default * 1_000_000)
 """The size limit a gzip file's content keeps to when the caller gives none: `max_document_mb`'s default."""
@@ -141,6 +158,8 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         document = _from_page(_malformed("e-mail", lambda: mail.convert(data)))
     elif mime == SVG or (mime == OCTET and sniff.looks_like_svg(data)):
         document = _from_page(svg.convert(data))
+    elif mime in RST:
+        document = _from_rst(decode(data), settings)
     elif mime.startswith("text/"):
         document = _from_text(decode(data), _TEXT_DIALECT.get(mime))
     else:
@@ -190,6 +209,22 @@ def _from_html(source: str, settings: ChunkingSettings) -> Document:
     page = html.convert(source)
     if not visible(page.markdown):
         raise ConversionError("HTML page has no visible text")
+    converted = markdown.split_large_tables(page.markdown, settings.table_max_tokens, settings.encoding)
+    blocks = markdown.blocks(converted)
+    return Document(converted, blocks, title=page.title or markdown.first_title(converted, blocks))
+
+
+def _from_rst(source: str, settings: ChunkingSettings) -> Document:
+    """reStructuredText through docutils (`rst.py`); as plain text where docutils fails on it, where it is too long
+    to parse in reasonable time, or where the parsed document shows nothing (only comments, say)."""
+    if len(source) > rst.MAX_CHARS:
+        return _from_text(source, None)
+    try:
+        page = rst.convert(source)
+    except rst.ReadError:
+        return _from_text(source, None)
+    if not visible(page.markdown):
+        return _from_text(source, None)
     converted = markdown.split_large_tables(page.markdown, settings.table_max_tokens, settings.encoding)
     blocks = markdown.blocks(converted)
     return Document(converted, blocks, title=page.title or markdown.first_title(converted, blocks))
