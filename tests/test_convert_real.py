@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import re
 import subprocess
+import zipfile
 from pathlib import Path
 
 import psycopg
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from connector.convert import convert, mime_for_path, pdf_layout, sniff
 from connector.db.database import connect
 from connector.db.store import Store
+from connector.errors import ConversionError
 from connector.models import Document
 from connector.settings import ChunkingSettings
 from tests.conftest import FIXTURES, child_env, connector_cmd
@@ -728,3 +730,30 @@ def test_a_definitions_later_paragraphs_lists_and_code_are_not_indented_code() -
     assert listed and kinds[listed[0]] == "list"
     examples = [t for t, k in kinds.items() if k == "code" and "def attrgetter(*items):" in t]
     assert examples and examples[0].startswith("```"), "the example is a fenced code block of its own"
+
+
+def test_an_epub_whose_manifest_lists_section_anchors_reads_every_chapter_once_in_spine_order() -> None:
+    """SiSU's live-manual EPUB lists `about-manual.xhtml#o8` and the like as manifest items (and spine entries):
+    EbookLib looked for a zip member of that name and the whole book failed with a KeyError."""
+    d = doc("live-manual-en-ch1-3.epub")
+    assert_tiles(d)
+    assert d.title == "Live Systems Manual"
+    chapters = ["1. About this manual", "2. About the Live Systems Project", "3. Installation"]
+    positions = [headings(d).index(chapter) for chapter in chapters]
+    assert positions == sorted(positions)
+    for sentence in (  # one from each chapter's file, each read once though the spine names its file 7-10 times
+        "This manual serves as a single access point to all documentation related to the Live Systems Project",
+        "When Live Systems Project was initiated, there were already several Debian based live systems available",
+        "Building live system images has very few system requirements:",
+    ):
+        assert " ".join(d.markdown.split()).count(sentence) == 1, sentence
+
+
+def test_an_epub_that_lacks_a_file_its_manifest_names_fails_as_the_documents_fault(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.epub"
+    with zipfile.ZipFile(REAL / "live-manual-en-ch1-3.epub") as src, zipfile.ZipFile(broken, "w") as dst:
+        for info in src.infolist():
+            if info.filename != "OEBPS/about-project.xhtml":
+                dst.writestr(info, src.read(info))
+    with pytest.raises(ConversionError, match=r"EPUB.*KeyError.*about-project\.xhtml"):
+        convert(broken.read_bytes(), "application/epub+zip", CHUNKING)
