@@ -117,8 +117,19 @@ def _mupdf():
     return pymupdf
 
 
+# MuPDF's note on a font whose descriptor gives odd Ascent/Descent (0 / 0 in dblatex and many TeX fonts): it lays the
+# glyphs out from the font's own metrics, so no text is lost and the PDF is not damaged.
+_HARMLESS = re.compile(r"bogus font ascent/descent values")
+_REPEATED = re.compile(r"\.\.\. repeated \d+ times\.\.\.")  # MuPDF's fold of the message before it
+
+
 def _report_damage(messages: list[str]) -> None:
-    lines = [line for m in messages for line in m.splitlines() if line.strip()]
+    lines: list[str] = []
+    harmless = False
+    for line in (line for m in messages for line in m.splitlines() if line.strip()):
+        harmless = harmless if _REPEATED.fullmatch(line.strip()) else bool(_HARMLESS.search(line))
+        if not harmless:
+            lines.append(line)
     if lines:
         log.warning("PDF is damaged: MuPDF reported %d problem(s) reading it (first: %s); text may be missing from "
                     "the pages it could not read", len(lines), lines[0])  # fmt: skip
