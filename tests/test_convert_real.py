@@ -757,3 +757,15 @@ def test_an_epub_that_lacks_a_file_its_manifest_names_fails_as_the_documents_fau
                 dst.writestr(info, src.read(info))
     with pytest.raises(ConversionError, match=r"EPUB.*KeyError.*about-project\.xhtml"):
         convert(broken.read_bytes(), "application/epub+zip", CHUNKING)
+
+
+def test_a_running_header_with_chapter_and_section_numbers_is_furniture() -> None:
+    """dblatex's header ("CHAPTER 6. THE DEBIAN ARCHIVES 6.3. WHAT ABOUT ”SID”?") changes its words with every
+    section and carries no page number (that is in the footer), so the band rule kept it: 42 in the FAQ, one cutting
+    the Toy Story codename list between hamm and slink."""
+    d = doc("debian-faq-p27-p31.pdf")
+    assert_tiles(d)
+    assert not re.search(r"^CHAPTER \d", d.markdown, re.MULTILINE)
+    assert re.search(r"- hamm \(Debian 2\.0\) was the piggy bank,\n\n- slink \(Debian 2\.1\)", d.markdown)
+    for kept in ("## Chapter 6", "### 6.3 What about ”sid”?", "### 6.4 What does the stable directory contain?"):
+        assert kept in d.markdown

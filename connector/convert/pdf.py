@@ -63,6 +63,9 @@ _WORD = re.compile(_LETTERS)
 _PAGE_NUMBER = re.compile(r"^\s*(?:page\s+)?(?:\d{1,4}|[ivxlcdm]{1,6})(?:\s*(?:/|of)\s*\d{1,4})?\s*$", re.IGNORECASE)
 _DIGITS = re.compile(r"\d+")
 _NUMBERED = re.compile(r"^\s*(?:\d{1,4}|[ivxlcdm]{1,6})\b|\b(?:\d{1,4}|[ivxlcdm]{1,6})\s*$", re.IGNORECASE)
+# A running header that carries its chapter and section numbers instead of the page number (dblatex: "CHAPTER 6. THE
+# DEBIAN ARCHIVES 6.3. WHAT ABOUT "SID"?", its page number in the footer): a number that ends with a dot, mid-line.
+_SECTION_NUMBER = re.compile(r"(?:^|\s)\d{1,3}(?:\.\d{1,3})*\.(?=\s)")
 
 
 log = logging.getLogger(__name__)
@@ -457,7 +460,8 @@ def remove_furniture(pages: list[list[Para]], repeat_share: float) -> list[list[
 
     Furniture is recognised two ways: the same text (digits ignored) near a page edge on several pages, or a short
     first or last paragraph whose vertical position recurs on most pages (a running footer such as
-    "4.4. Debian changelog 21" changes its words with every section but never its place). Only paragraphs at the
+    "4.4. Debian changelog 21" changes its words with every section but never its place; a header may carry its
+    chapter and section numbers instead of the page's). Only paragraphs at the
     edges are ever removed, peeled off from the outside in."""
 
     def key(text: str) -> str:
@@ -481,7 +485,8 @@ def remove_furniture(pages: list[list[Para]], repeat_share: float) -> list[list[
 
     def furniture(p: Para) -> bool:
         # A position match alone is weak evidence: it also needs the page number a running footer carries.
-        footer_like = len(p.text) <= SHORT_CHARS and p.text.count("\n") <= 1 and bool(_NUMBERED.search(p.text))
+        numbered = _NUMBERED.search(p.text) or _SECTION_NUMBER.search(p.text)
+        footer_like = len(p.text) <= SHORT_CHARS and p.text.count("\n") <= 1 and bool(numbered)
         return bool(_PAGE_NUMBER.match(p.text)) or key(p.text) in repeated or (footer_like and band(p) in fixed)
 
     # A watermark ("DRAFT", "Confidential") sits mid-page, the same short text on most pages.
