@@ -769,3 +769,15 @@ def test_a_running_header_with_chapter_and_section_numbers_is_furniture() -> Non
     assert re.search(r"- hamm \(Debian 2\.0\) was the piggy bank,\n\n- slink \(Debian 2\.1\)", d.markdown)
     for kept in ("## Chapter 6", "### 6.3 What about ”sid”?", "### 6.4 What does the stable directory contain?"):
         assert kept in d.markdown
+
+
+def test_a_paragraph_that_runs_into_a_table_is_no_header_row_and_a_report_has_its_title_page_title() -> None:
+    """GMPL's manual: "... may be used in numeric expres-" / "sions:" right above a borderless table made "sions:"
+    its header row (`| sions: |  |`), the word left broken; and its title (20.7 pt) is smaller than its chapter
+    titles (24.8 pt), so the document had no title."""
+    d = doc("glpk-gmpl-p1-p9-p14.pdf")
+    assert_tiles(d)
+    table = "| abs(x) | \\|x\\|, absolute value of x |\n|---|---|"
+    assert f"which may be used in numeric expressions:\n\n{table}" in d.markdown
+    assert "sions:" not in d.markdown.replace("expressions:", "")
+    assert d.title == "Modeling Language GNU MathProg"

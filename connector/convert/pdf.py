@@ -185,7 +185,7 @@ def convert(data: bytes, settings: ChunkingSettings) -> Document:
     starts = tuple(page_starts)
     blocks = markdown.blocks(text, starts)
     title = metadata_title or man_title(pages) or markdown.first_title(text, blocks, max_page=2)
-    return Document(text, blocks, starts, title=title)
+    return Document(text, blocks, starts, title=title or title_page_title(pages, body_size(pages)))
 
 
 _JUNK_TITLE = re.compile(
@@ -385,6 +385,26 @@ def _counted_from(text: str, first: int) -> int:
     numbers = [int(m.group(1)) for m in _COUNTED.finditer(text)]
     ok = text.startswith(f"{first} ") and numbers == list(range(first, first + len(numbers)))
     return len(numbers) if ok else 0
+
+
+_CHAPTER = re.compile(r"^(?:chapter|part|section|appendix)\b|^\d", re.IGNORECASE)
+
+
+def title_page_title(pages: list[list[Para]], body: float) -> str | None:
+    """A title page's title: the largest heading on the first page, before any chapter or numbered section. A LaTeX
+    report sets its title smaller than its chapter titles (GMPL's manual: 20.7 pt against 24.8 pt), so the title is
+    not the top-level heading `first_title` looks for, and the document had none."""
+    first = next((paragraphs for paragraphs in pages if paragraphs), [])
+    candidates = []
+    for p in first:
+        if _is_heading(p, body) and not p.table:
+            if _CHAPTER.match(p.text.strip()):
+                break
+            candidates.append(p)
+    if not candidates:
+        return None
+    title = " ".join(max(candidates, key=lambda p: p.size).text.split())
+    return title if visible(title) and len(title) <= 200 else None
 
 
 def _is_heading(p: Para, body: float) -> bool:

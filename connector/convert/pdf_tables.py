@@ -126,7 +126,9 @@ def block_table(raw_lines: list[dict], clean) -> tuple[list[dict], Table, list[d
     if len(columns) < 2:
         return None
     spanning = [_spans_columns(row, columns) for row in rows]
-    first = spanning.index(False)
+    # A lone line that starts left of every column before the first row is the end of the paragraph above, not a
+    # cell: GMPL's "... which may be used in numeric expres-" / "sions:" made "sions:" the table's header row.
+    first = next(i for i, row in enumerate(rows) if not spanning[i] and not _left_of_columns(row, columns))
     last = spanning.index(True, first) - 1 if True in spanning[first:] else len(rows) - 1
     before = [line.raw for row in rows[:first] for line in row]
     after = [line.raw for row in rows[last + 1 :] for line in row]
@@ -218,6 +220,10 @@ def _enumerated(rows: list[list[str]]) -> bool:
         return False
     counted = [str(n) for n in range(1, len(markers) + 1)]  # beamer's numbers in balls have no "." after them
     return all(_ENUMERATOR.match(m) for m in markers) or markers == counted
+
+
+def _left_of_columns(row: list[Line], columns: list[tuple[float, float]]) -> bool:
+    return len(row) == 1 and row[0].x0 < columns[0][0] - GAP_TOLERANCE
 
 
 def _spans_columns(row: list[Line], columns: list[tuple[float, float]]) -> bool:
