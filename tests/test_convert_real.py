@@ -60,6 +60,7 @@ def test_every_real_document_converts_with_exact_offsets(name: str) -> None:
                 "doxygen-manual-p29-p105.pdf"}  # fmt: skip
     untitled |= {"postgresql-common-dependencies.svg"}  # an SVG without a <title>
     untitled |= {"rustdoc-search-index-excerpt.js"}  # one line of JavaScript
+    untitled |= {"ieeepes-doc-p4-p6.pdf"}  # its last pages: no metadata title, the title page not kept
     assert d.title or name in untitled, "the others say what they are called"
     if d.page_starts:
         assert list(d.page_starts) == sorted(d.page_starts) and d.page_starts[-1] <= len(d.markdown)
@@ -781,3 +782,13 @@ def test_a_paragraph_that_runs_into_a_table_is_no_header_row_and_a_report_has_it
     assert f"which may be used in numeric expressions:\n\n{table}" in d.markdown
     assert "sions:" not in d.markdown.replace("expressions:", "")
     assert d.title == "Modeling Language GNU MathProg"
+
+
+def test_a_section_heading_that_opens_a_page_where_others_do_is_no_running_header() -> None:
+    """ieeepes's documentation opens pages 4, 5 and 6 with a section heading at the same height (y=125): the band
+    rule took "8 Figures and Tables", "10 Footnotes" and "15 Discussions" for a running header (short, numbered, in
+    a band most pages share) and removed them, their text filed under the section before."""
+    d = doc("ieeepes-doc-p4-p6.pdf")
+    assert_tiles(d)
+    expected = ["8 Figures and Tables", "9 Equations", "10 Footnotes", "11 Referencing", "15 Discussions"]
+    assert [h for h in headings(d) if h in expected] == expected

@@ -503,10 +503,15 @@ def remove_furniture(pages: list[list[Para]], repeat_share: float) -> list[list[
     repeated = {k for k, n in texts.items() if n >= often} if enough_pages else set()
     fixed = {b for b, n in bands.items() if n >= max(MIN_REPEATS, BAND_SHARE * len(pages))} if enough_pages else set()
 
+    body = body_size(pages)
+
     def furniture(p: Para) -> bool:
-        # A position match alone is weak evidence: it also needs the page number a running footer carries.
+        # A position match alone is weak evidence: it also needs the page number a running footer carries, and
+        # no heading's size: a section that opens a page sits where the one on the next such page does (ieeepes's
+        # "8 Figures and Tables", "10 Footnotes", "15 Discussions", each at y=125 on 3 of its 6 pages, went).
         numbered = _NUMBERED.search(p.text) or _SECTION_NUMBER.search(p.text)
         footer_like = len(p.text) <= SHORT_CHARS and p.text.count("\n") <= 1 and bool(numbered)
+        footer_like = footer_like and not _is_heading(p, body)
         return bool(_PAGE_NUMBER.match(p.text)) or key(p.text) in repeated or (footer_like and band(p) in fixed)
 
     # A watermark ("DRAFT", "Confidential") sits mid-page, the same short text on most pages.
