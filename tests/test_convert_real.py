@@ -792,3 +792,12 @@ def test_a_section_heading_that_opens_a_page_where_others_do_is_no_running_heade
     assert_tiles(d)
     expected = ["8 Figures and Tables", "9 Equations", "10 Footnotes", "11 Referencing", "15 Discussions"]
     assert [h for h in headings(d) if h in expected] == expected
+
+
+def test_a_code_paragraph_that_opens_with_a_root_prompt_is_no_heading() -> None:
+    """SiSU sets each code line as a paragraph, `<p class="code"># apt-get install live-build<br/></p>`: each root
+    prompt was an ATX heading, the section of everything after it."""
+    d = doc("live-manual-en-ch1-3.epub")
+    assert not [h for h in headings(d) if h.startswith(("apt-get", "dpkg", "make"))]
+    assert headings(d)[-1] == "3. Installation"
+    assert "\\# apt-get install live-build" in d.markdown and "\\# make install" in d.markdown

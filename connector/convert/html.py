@@ -148,6 +148,7 @@ def _keep_indents(html: str) -> str:
 
 _DD_INDENT = re.compile(r"^    ", re.MULTILINE)
 _BLOCK_START = re.compile(r"```|~~~|[-*+] |\d{1,9}[.)] |>|#{1,6} |\|")
+_HASHES = re.compile(r"^([ \t]*)(#{1,6})(?=[ \t]|$)", re.MULTILINE)
 _INTRAWORD_ESCAPE = re.compile(r"(?<=[^\W_])\\_(?=[^\W_])")
 
 
@@ -178,6 +179,12 @@ class _Converter(MarkdownConverter):
         # A definition that opens with a block (`:   ```` then bash's `[n]<<<word`): the marker would hold its first
         # line in a paragraph and leave its closing fence to open a code block over what follows. It goes.
         return "\n" + out[4:] if _BLOCK_START.match(out, 4) else out
+
+    def convert_p(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        # A paragraph line that opens with `#` is an ATX heading in Markdown: SiSU sets each code line as a paragraph
+        # (`<p class="code"># apt-get install live-build<br/></p>`, a root prompt), and the live manual's EPUB got a
+        # false top-level heading for each, the section of what followed.
+        return super().convert_p(el, _HASHES.sub(r"\1\\\2", text), parent_tags)
 
     def convert_td(self, el: Tag, text: str, parent_tags: set[str]) -> str:
         return super().convert_td(el, _escape_pipes(text), parent_tags)
