@@ -137,10 +137,14 @@ def _errors():
     import psycopg
     from rich.markup import escape
 
+    from connector.db.database import MissingPrivilege
     from connector.secrets import one_line
 
     try:
         yield
+    except MissingPrivilege as exc:  # its line says what to grant, or that the owner must do it
+        console.print(f"[red]error:[/red] {escape(one_line(str(exc)))}", highlight=False)
+        raise typer.Exit(2) from None
     except FatalError as exc:
         console.print(f"[red]error:[/red] {escape(one_line(str(exc)))}", highlight=False)
         raise typer.Exit(2) from None

@@ -22,7 +22,7 @@ from pathlib import Path
 import psycopg
 
 from connector import candidates
-from connector.db.database import connect, guard_session
+from connector.db.database import MissingPrivilege, connect, describe_missing, guard_session, missing_privileges
 from connector.db.store import Store
 from connector.errors import FatalError, TransientError
 from connector.pipeline import Pipeline
@@ -118,6 +118,7 @@ def _health_server(
 
     def problems() -> list[str]:
         found = [f"worker thread {w.name} is not running" for w in workers if not w.is_alive()]
+        found += list(dict.fromkeys(w.problem for w in workers if w.problem is not None))
         if (problem := watcher_problem()) is not None:
             found.append(problem)
         return found
@@ -223,6 +224,7 @@ class _WorkerThread(threading.Thread):
         self.fatal: FatalError | None = None
         self.backoff = 1.0  # seconds before the next reconnection; doubles per failed one, back to 1 once connected
         self.suspects: list[int] = []  # rows whose write a lost connection cut short, not yet given back
+        self.problem: str | None = None  # a grant it lacks (MissingPrivilege), until it has it again (/health)
 
     def run(self) -> None:
         try:
@@ -239,6 +241,18 @@ class _WorkerThread(threading.Thread):
             except FatalError as exc:
                 self.fatal = exc
                 return
+            except MissingPrivilege as exc:
+                # A grant revoked while running: the rows in hand went back (or go back on reconnecting, by name),
+                # none charged a try; this thread waits for the grant, /health degraded meanwhile.
+                problem = describe_missing(self.dsn, exc)
+                if self.once:
+                    self.fatal = FatalError(problem)
+                    return
+                if problem != self.problem:
+                    log.error("worker %s waits for a grant: %s", self.name, problem)
+                self.problem = problem
+                self.stop.wait(self.backoff)
+                self.backoff = min(self.backoff * 2, _MAX_BACKOFF)
             except (psycopg.Error, TransientError) as exc:
                 if isinstance(exc, psycopg.Error) and not self._lost(exc):
                     log.exception("worker %s stopped", self.name)
@@ -261,6 +275,11 @@ class _WorkerThread(threading.Thread):
     def _serve(self) -> None:
         with connect(self.dsn, autocommit=True) as work_conn:
             guard_session(work_conn, self.settings.lease_seconds)
+            if self.problem is not None:  # waiting for a grant: nothing is claimed until the tables' grants are back
+                if (missing := missing_privileges(work_conn)) is not None:
+                    raise MissingPrivilege(missing)
+                log.info("worker %s has its grants back", self.name)
+                self.problem = None
             if self.worker is not None:  # kept until given back: this connection may be lost before that too
                 self.suspects += self.worker.lost_while_writing
                 self.worker.lost_while_writing = []
@@ -274,7 +293,7 @@ class _WorkerThread(threading.Thread):
             error = "the database connection was lost while it was being written"
             if released := self.worker.store.release_mine(self.name_in_queue, self.suspects, error):
                 alone = f" ({len(self.suspects)} being written then: each tried again alone)" if self.suspects else ""
-                log.info("gave back %d document(s) held before the connection was lost%s", released, alone)
+                log.info("gave back %d document(s) held before the connection or a grant was lost%s", released, alone)
             self.suspects = []
             self.backoff = 1.0  # connected: the next outage starts its waits from a second again
             if self.once:

@@ -34,6 +34,7 @@ from typing import Literal
 import psycopg
 
 from connector import secrets
+from connector.db.database import MissingPrivilege
 from connector.db.store import LOCKED, ClaimedRow, Store
 from connector.errors import (
     ConnectionLostBeforeWrite,
@@ -255,6 +256,12 @@ class Worker:
     def _failed(self, row: ClaimedRow, exc: Exception, content_hash: str | None) -> Result:
         """What an error while processing or writing `row` makes of it (see the module's docstring)."""
         context = {"document_id": row.id, "source_key": row.source_key}
+        if isinstance(exc, MissingPrivilege):
+            # A grant revoked under the running sidecar, no document's doing: handed back as it was (if the role
+            # may still do that; else on reconnecting), and the worker waits for the grant (sidecar).
+            with contextlib.suppress(psycopg.Error):
+                self.store.release(row)
+            raise exc
         if isinstance(exc, DocumentError):
             return self._fail(row, str(exc), content_hash)
         # Any error that ended the session (some are not OperationalErrors: an idle-in-transaction timeout's is an
@@ -310,6 +317,8 @@ class Worker:
             return self._all_failed(ready, exc)
         except ConnectionLostBeforeWrite:
             raise  # the rows go back as they were when this worker reconnects: none is a suspect
+        except MissingPrivilege as exc:
+            return self._all_failed(ready, exc)  # handed back as they were, then raised
         except Exception as exc:
             if isinstance(exc, psycopg.Error) and self.store.conn.broken:
                 # One of them may be what ended the connection: the reconnecting thread abandons these (each is

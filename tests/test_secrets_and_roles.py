@@ -5,11 +5,16 @@ Real `connector` processes against the test server; roles are created on it and 
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -19,7 +24,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from connector.db.database import head_revision
-from tests.conftest import REPO, child_env, connector_cmd, wait_for
+from tests.conftest import FIXTURES, REPO, child_env, connector_cmd, output_of, wait_for
 
 README = REPO / "README.md"
 
@@ -333,3 +338,71 @@ def test_a_read_only_runtime_role_is_told_which_grants_are_missing(tmp_path: Pat
     proc = _run(tmp_path, *args, CONNECTOR_DSN=app)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _status(owner, doc)[0] == "done"
+
+
+def _health(port: int) -> dict:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:  # degraded answers 503
+        return json.loads(exc.read())
+    except OSError:
+        return {}
+
+
+def _degraded_by(port: int, privilege: str) -> bool:
+    health = _health(port)
+    return health.get("status") == "degraded" and any(f"lacks {privilege} on" in p for p in health["problems"])
+
+
+def test_a_grant_revoked_while_running_is_waited_for_and_costs_no_try(
+    tmp_path: Path, dsn: str, readme_roles, start_process
+) -> None:
+    """INSERT revoked under a running sidecar: the watcher logged a traceback per file, /health said ok, and the file
+    waited for the periodic rescan (300 s; never, here). UPDATE revoked: the sidecar died with a traceback (exit 2).
+    Now either is one line naming the privilege and the grant, /health is degraded while it lasts, nothing is charged
+    a try, and the files and rows go through once the grant is back."""
+    owner, app = readme_roles
+    assert _run(tmp_path, "migrate", CONNECTOR_DSN=owner).returncode == 0
+    first = _queue_row(owner, "records-the-model")  # the embedding model is recorded: the start checks pass
+    assert _run(tmp_path, "run", "--once", "--no-watch", "--embedder", "fake", CONNECTOR_DSN=app).returncode == 0
+    assert _status(owner, first)[0] == "done"
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    inbox = tmp_path / "inbox"
+    proc = start_process("run", "--no-migrate", "--embedder", "fake", CONNECTOR_DSN=app,
+                         CONNECTOR_WATCH_DIR=str(inbox), CONNECTOR_HTTP_PORT=str(port),
+                         CONNECTOR_RESCAN_SECONDS="3600", CONNECTOR_SETTLE_SECONDS="0.3")  # fmt: skip
+    wait_for(lambda: _health(port).get("status") == "ok", timeout=60, what="the sidecar up")
+    grant = "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA connector TO connector_app"
+
+    with psycopg.connect(owner, autocommit=True) as conn:
+        conn.execute("REVOKE INSERT ON ALL TABLES IN SCHEMA connector FROM connector_app")
+    shutil.copy(FIXTURES / "real" / "asciidoctor-syntax.adoc", inbox / "syntax.adoc")
+    wait_for(lambda: _degraded_by(port, "INSERT"), timeout=60, what="/health degraded, naming INSERT")
+    assert grant in " ".join(_health(port)["problems"])
+    with psycopg.connect(owner, autocommit=True) as conn:
+        conn.execute("GRANT INSERT ON ALL TABLES IN SCHEMA connector TO connector_app")
+    key = "SELECT status, retries FROM connector.documents WHERE source_key = %s"
+
+    def state(source_key: str) -> tuple | None:
+        with psycopg.connect(owner, autocommit=True) as conn:
+            return conn.execute(key, (source_key,)).fetchone()
+
+    wait_for(lambda: state("syntax.adoc") == ("done", 0), timeout=90, what="the file queued once INSERT is back")
+    wait_for(lambda: _health(port).get("status") == "ok", timeout=60, what="/health ok again")
+
+    with psycopg.connect(owner, autocommit=True) as conn:
+        conn.execute("REVOKE UPDATE ON ALL TABLES IN SCHEMA connector FROM connector_app")
+    row = _queue_row(owner, "while-update-is-revoked")
+    wait_for(lambda: _degraded_by(port, "UPDATE"), timeout=60, what="/health degraded, naming UPDATE")
+    assert proc.poll() is None, output_of(proc)
+    assert state("while-update-is-revoked") == ("pending", 0)
+    with psycopg.connect(owner, autocommit=True) as conn:
+        conn.execute(grant)
+    wait_for(lambda: _status(owner, row)[0] == "done", timeout=90, what="the row written once UPDATE is back")
+    assert state("while-update-is-revoked") == ("done", 0)
+    out = output_of(proc)
+    assert "Traceback" not in out and "could not queue" not in out, out
+    errors = [line for line in out.splitlines() if " ERROR " in line]
+    assert errors and all("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES" in line for line in errors), out

@@ -108,14 +108,64 @@ def guard_session(conn: psycopg.Connection, lease_seconds: int) -> None:
         conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)", (f"{lease_seconds}s",))
 
 
+class MissingPrivilege(TransientError, psycopg.errors.InsufficientPrivilege):
+    """The role may not do a statement (`permission denied`), raised in place of psycopg's error by every connection
+    of `connect`. A grant revoked while the sidecar runs is no document's fault: the worker or watcher that meets it
+    keeps what it holds, says which grant is missing, and tries again with backoff until the grant is back (before,
+    the watcher logged a traceback per file and waited for the 300 s rescan, and a worker died, exit 2). It is still
+    an `InsufficientPrivilege`, so code that handles psycopg's error as such is unchanged."""
+
+
+def _missing_privilege(conn: psycopg.Connection, exc: psycopg.errors.InsufficientPrivilege) -> MissingPrivilege:
+    if isinstance(exc, MissingPrivilege):
+        return exc
+    role = conn.info.user
+    return MissingPrivilege(
+        f"{secrets.one_line(str(exc))}: this database role may not do that (README: Roles: schema changes such as "
+        f"migrate and watch-table run as the owner; the runtime role needs, as the schema's owner: {_grants(role)})"
+    )
+
+
+def _grants(role: str) -> str:
+    return (
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA connector TO {role}; "
+        f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA connector TO {role}"
+    )
+
+
+class _Cursor(psycopg.Cursor):
+    """psycopg's cursor, its `permission denied` translated into `MissingPrivilege` once, here."""
+
+    def execute(self, *args, **kwargs):
+        try:
+            return super().execute(*args, **kwargs)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise _missing_privilege(self.connection, exc) from exc
+
+    def executemany(self, *args, **kwargs):
+        try:
+            return super().executemany(*args, **kwargs)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise _missing_privilege(self.connection, exc) from exc
+
+    @contextlib.contextmanager
+    def copy(self, *args, **kwargs):
+        try:
+            with super().copy(*args, **kwargs) as copy:
+                yield copy
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise _missing_privilege(self.connection, exc) from exc
+
+
 def connect(dsn: str, **kwargs) -> psycopg.Connection:
-    """A connection with pgvector types registered; connection failures become `TransientError`."""
+    """A connection with pgvector types registered; connection failures become `TransientError`, a statement the
+    role may not run `MissingPrivilege`."""
     from pgvector.psycopg import register_vector
 
     check_dsn(dsn)
     try:
         given = conninfo_to_dict(dsn)
-        kwargs = {**{k: v for k, v in KEEPALIVES.items() if k not in given}, **kwargs}
+        kwargs = {**{k: v for k, v in KEEPALIVES.items() if k not in given}, "cursor_factory": _Cursor, **kwargs}
         conn = psycopg.connect(dsn, **kwargs)
     except psycopg.OperationalError as exc:
         raise _cannot_connect(dsn, exc) from exc
@@ -190,20 +240,37 @@ def require_privileges(conn: psycopg.Connection) -> None:
     """Refuse to start, saying which grants are missing, when this role may not read and write every table of the
     schema (README: Roles). A read-only role started, then each worker died on its first claim with a traceback
     and `permission denied for table documents`, not saying which privilege or grant."""
+    if (missing := missing_privileges(conn)) is not None:
+        raise FatalError(missing)
+
+
+def missing_privileges(conn: psycopg.Connection) -> str | None:
+    """One line naming the privileges this role lacks on the schema's tables and the grants that give them back;
+    None when it lacks none."""
     with conn.transaction():
         missing = conn.execute(queries.MISSING_PRIVILEGES).fetchall()
         (role,) = conn.execute("SELECT current_user").fetchone()
     if not missing:
-        return
+        return None
     lacks: dict[str, list[str]] = {}
     for table, privilege in missing:
         lacks.setdefault(privilege, []).append(f"connector.{table}")
     what = "; ".join(f"{privilege} on {', '.join(tables)}" for privilege, tables in lacks.items())
-    raise FatalError(
-        f"role {role} may not do what the sidecar does: it lacks {what}. As the schema's owner: GRANT SELECT, "
-        f"INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA connector TO {role}; GRANT USAGE ON ALL SEQUENCES IN "
-        f"SCHEMA connector TO {role} (README: Roles)"
+    return (
+        f"role {role} may not do what the sidecar does: it lacks {what}. As the schema's owner: {_grants(role)} "
+        "(README: Roles)"
     )
+
+
+def describe_missing(dsn: str, exc: MissingPrivilege) -> str:
+    """What a `MissingPrivilege` met while running lacks, asked on a connection of its own (the one that met it may
+    be in a failed transaction): the privileges and grants, or the error's own line when the tables' grants are all
+    there (a function's, a sequence's) or the database cannot say."""
+    try:
+        with connect(dsn, autocommit=True) as conn:
+            return missing_privileges(conn) or str(exc)
+    except (psycopg.Error, TransientError):
+        return str(exc)
 
 
 def migrate(dsn: str, embedding_dim: int, revision: str = "head", *, downgrade: bool = False) -> None:

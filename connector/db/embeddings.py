@@ -233,13 +233,15 @@ class CacheTable:
             self._conn = None
 
     def _run(self, work):
-        from connector.db.database import connect
+        from connector.db.database import MissingPrivilege, connect
 
         for attempt in (1, 2):
             try:
                 if self._conn is None or self._conn.closed or self._conn.broken:
                     self._conn = connect(self.dsn, autocommit=True)
                 return work(self._conn)
+            except MissingPrivilege:
+                raise  # no outage: the worker waits for the grant
             except (psycopg.OperationalError, TransientError) as exc:  # connect() says TransientError
                 self.close()
                 if attempt == 2:

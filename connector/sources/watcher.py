@@ -43,7 +43,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
-from connector.db.database import connect, guard_session
+from connector.db.database import MissingPrivilege, connect, describe_missing, guard_session, missing_privileges
 from connector.db.rows import FileSignature
 from connector.db.store import Store
 from connector.errors import TransientError
@@ -119,6 +119,7 @@ class FolderWatcher:
         self._next_rescan = 0.0
         self._beat = time.monotonic()
         self._problem: str | None = None  # why it is not working right now (cleared once it works again)
+        self._lacks: str | None = None  # the grants it lacks (MissingPrivilege), until they are back
         # What the observer watches: the folder at `root` when it started (its device and inode), and the folders
         # the last rescan could not list (no watch on them either). Either changing restarts it (`_supervise`).
         self._root_id: tuple[int, int] | None = None
@@ -231,13 +232,21 @@ class FolderWatcher:
             try:
                 with connect(self.dsn, autocommit=True) as conn:
                     guard_session(conn, self.lease_seconds)
+                    if self._lacks is not None and (missing := missing_privileges(conn)) is not None:
+                        raise MissingPrivilege(missing)
                     store = Store(conn)
                     backoff = 1.0
-                    self._problem = None
+                    self._problem = self._lacks = None
                     while True:
                         self._pass(store)
                         if self._stop.wait(_TICK):
                             return
+            except MissingPrivilege as exc:
+                # A grant revoked while running: the files stay pending and are queued once it is back (tried
+                # with the backoff below, not at the next periodic rescan); /health says what to grant meanwhile.
+                # (The sidecar logs the problem once, and again when it is gone.)
+                self._lacks = describe_missing(self.dsn, exc)
+                self._problem = f"folder watcher cannot queue files: {self._lacks}"
             except (psycopg.OperationalError, TransientError) as exc:
                 self._problem = None  # the database being down is /health's "database" line, not ours
                 log.warning("watcher lost the database (%s); retrying in %.0f s", exc, backoff)
@@ -269,6 +278,8 @@ class FolderWatcher:
                 return
             try:
                 handle(store, self.root, path, self.max_bytes)
+            except MissingPrivilege:
+                raise  # still pending: queued once the grant is back
             except psycopg.OperationalError:
                 if store.conn.broken:
                     raise  # still pending: queued once the connection is back
@@ -348,8 +359,9 @@ class FolderWatcher:
                         log.info("removed %s (document %d): replaced by a moved file", doc.source_key, doc.id)
                     for doc in store.rename_folder_documents(self.root, op[1], op[2]):
                         log.info("renamed to %s (document %d)", doc.source_key, doc.id)
-            except psycopg.OperationalError:
-                if not store.conn.broken:  # this operation only; the next rescan repairs it
+            except (psycopg.OperationalError, MissingPrivilege) as exc:
+                lost = store.conn.broken or isinstance(exc, MissingPrivilege)
+                if not lost:  # this operation only; the next rescan repairs it
                     log.exception("could not apply %s", printable(repr(op)))
                     continue
                 with self._lock:
