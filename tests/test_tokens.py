@@ -154,3 +154,27 @@ def test_spans_inside_a_very_long_line_count_from_the_documents_tokens_within_a_
     text = "é" * 16_380 + "\n" + " " * 10 + "x" * 100
     tokens.prime(text, name)
     assert abs(tokens.count_span(text, 0, 16_391, name) - exact(text[:16_391], name)) <= 2
+
+
+def test_an_equal_copy_of_the_primed_document_is_looked_up_by_identity() -> None:
+    """A long document's strategies run in processes of their own, each receiving the document unpickled anew: the
+    copy was equal to the primed text but not the same object, so every span counted after it compared the two whole
+    texts (a 2 MB copyright file of Debian's Boost packages: 39 s of strategies and guards there, 2 s in-process).
+    The copy now becomes the primed text, and the counts are those of the original."""
+    import pickle
+
+    path = FIXTURES / "real" / "perlfunc-p1-abs-alarm.pod"
+    settings = ChunkingSettings()
+    text = convert(path.read_bytes(), mime_for_path(path), settings).markdown
+    name = settings.encoding
+    tokens.prime(text, name)
+    spans = [(a, min(a + 900, len(text))) for a in range(0, len(text), 700)]
+    expected = tokens.count_spans(text, spans, name)
+    copy = pickle.loads(pickle.dumps(text))  # what a process of the candidate pool receives
+    assert copy == text and copy is not text
+    try:
+        tokens.primed_for(copy, name)
+        assert tokens._primed_as(copy, name).text is copy
+        assert tokens.count_spans(copy, spans, name) == expected
+    finally:
+        tokens.forget()
