@@ -393,7 +393,9 @@ class Worker:
 
     def _retry(self, row: ClaimedRow, error: str, content_hash: str | None, counted: bool = True) -> Result:
         # An uncounted retry backs off by claims instead (`attempts`, one more each time it is claimed).
-        delay = min(self.retry_base_s * 2 ** (row.retries if counted else row.attempts - 1), MAX_BACKOFF_S)
+        # The exponent capped: `attempts` grows with every claim and requeue of a long-lived row, and 2.0 ** 1025
+        # overflows (before, that stopped the worker on a full disk).
+        delay = min(self.retry_base_s * 2 ** min(row.retries if counted else row.attempts - 1, 16), MAX_BACKOFF_S)
         status = self.store.retry_later(row, error, delay, self.max_attempts, content_hash, counted)
         context = {"document_id": row.id, "source_key": row.source_key}
         if status == LOCKED:

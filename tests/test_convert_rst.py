@@ -140,3 +140,48 @@ def test_rst_nested_deeper_than_docutils_can_parse_or_cut_anywhere_still_convert
         d = convert(raw[:cut].encode(), "text/x-rst", CHUNKING)
         assert_tiles(d)
         assert "System Message" not in d.markdown
+
+
+def test_an_image_never_inlines_a_local_file(tmp_path: Path) -> None:
+    """An image's own `:loading: embed` option made docutils' HTML writer read its path whatever
+    `file_insertion_enabled` said: `.. image:: /proc/self/environ` stored the sidecar's environment (the DSN's
+    password) base64-encoded in the text; a `.svg` path came out as plain text; `/dev/zero` read until memory ran
+    out."""
+    secret = tmp_path / "secret.svg"
+    secret.write_text("SECRET_CONTENT_XYZ")
+    plain = tmp_path / "notes.txt"
+    plain.write_text("ANOTHER_SECRET_ABC")
+    source = (
+        "Title\n=====\n\nSome text.\n\n"
+        f".. image:: {secret}\n   :loading: embed\n\n"
+        f".. figure:: {plain}\n   :loading: embed\n\n   A caption.\n\n"
+        ".. |x| image:: /proc/self/environ\n   :loading: embed\n\nUses |x| here.\n\n"
+        ".. image:: /dev/zero\n   :loading: embed\n"
+    )
+    d = convert(source.encode(), "text/x-rst", CHUNKING)
+    assert "SECRET_CONTENT_XYZ" not in d.markdown and "ANOTHER_SECRET_ABC" not in d.markdown
+    assert "data:" not in d.markdown and "base64" not in d.markdown
+    assert "A caption." in d.markdown and "Some text." in d.markdown
+
+
+def test_long_numbered_lists_and_many_footnotes_convert_at_once() -> None:
+    """markdownify numbered each item by counting the items before it (49,000 `#.` lines ran for minutes), and each
+    footnote in a list walked the whole list to find where it sat (4,000: 21 s). A guard against a hang, far above
+    what each takes now (about a second)."""
+    import time
+
+    numbered = "Title\n=====\n\n" + "#. x\n" * 40_000
+    started = time.perf_counter()
+    d = convert(numbered.encode(), "text/x-rst", CHUNKING)
+    assert "40000. x" in d.markdown
+    notes = "Title\n=====\n\n" + "".join(f"- item {i} [#]_\n\n  .. [#] note {i}\n\n" for i in range(3_000))
+    d = convert(notes.encode(), "text/x-rst", CHUNKING)
+    assert time.perf_counter() - started < 60
+    assert "note 2999" in d.markdown and "[^" in d.markdown
+
+
+def test_a_role_names_its_title_not_its_target() -> None:
+    assert rst._role_title("The title <target-name>") == "The title"
+    assert rst._role_title("<only-target>") == "<only-target>"
+    assert rst._role_title("a < b") == "a < b"
+    assert rst._role_title("x" + " " * 50_000 + "y") == "x" + " " * 50_000 + "y"

@@ -335,9 +335,26 @@ def test_a_read_only_runtime_role_is_told_which_grants_are_missing(tmp_path: Pat
 
     with psycopg.connect(owner, autocommit=True) as conn:  # the grant the message names
         conn.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA connector TO connector_app")
-    proc = _run(tmp_path, *args, CONNECTOR_DSN=app)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _status(owner, doc)[0] == "done"
+    # An administrator's table in the schema that the sidecar never touches (a backup made by another role, which
+    # the owner's GRANT could not even fix) does not keep it from starting.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE connector.documents_backup AS SELECT id FROM connector.documents")
+    try:
+        proc = _run(tmp_path, *args, CONNECTOR_DSN=app)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert _status(owner, doc)[0] == "done"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP TABLE connector.documents_backup")
+    # Without the schema's USAGE every statement fails though each table's grants are there: it says so.
+    with psycopg.connect(owner, autocommit=True) as conn:
+        conn.execute("REVOKE USAGE ON SCHEMA connector FROM connector_app")
+    try:
+        line = _assert_one_line_error(_run(tmp_path, *args, CONNECTOR_DSN=app), 2, starts="error:")
+        assert "GRANT USAGE ON SCHEMA connector TO connector_app" in line, line
+    finally:
+        with psycopg.connect(owner, autocommit=True) as conn:
+            conn.execute("GRANT USAGE ON SCHEMA connector TO connector_app")
 
 
 def _health(port: int) -> dict:

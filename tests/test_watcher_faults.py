@@ -554,11 +554,12 @@ def test_a_path_too_long_for_a_key_is_a_failed_row_and_intake_goes_on(settings: 
     assert row[0] == "failed" and len(key.encode()) <= 1024 and "sha256:" in key
 
 
-def _unshare_limited(watches: int) -> list[str] | None:
-    """A command prefix running its command in a user namespace of its own whose inotify watches are limited to
-    `watches` (the limit is per user namespace: the machine's stays as it is), or None where none can be made."""
+def _unshare_limited(watches: int, limit: str = "max_inotify_watches") -> list[str] | None:
+    """A command prefix running its command in a user namespace of its own whose inotify watches (or instances) are
+    limited to `watches` (the limit is per user namespace: the machine's stays as it is), or None where none can be
+    made."""
     prefix = ["unshare", "--user", "--map-root-user", "sh", "-c",
-              f'echo {watches} > /proc/sys/user/max_inotify_watches && exec "$@"', "sh"]  # fmt: skip
+              f'echo {watches} > /proc/sys/user/{limit} && exec "$@"', "sh"]  # fmt: skip
     try:
         ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
@@ -619,4 +620,36 @@ def test_a_tree_past_the_inotify_watch_limit_is_polled(migrated_dsn, tmp_path) -
                 proc.kill()
                 proc.wait()
             proc.log.close()  # type: ignore[attr-defined]
+        proxy.stop()
+
+
+def test_no_inotify_instance_left_is_polled_from_the_start(migrated_dsn, tmp_path) -> None:
+    """Every inotify instance of the user taken (`fs.inotify.max_user_instances`, 128 by default, shared by every
+    process of that user): watchdog meets that limit when it schedules the watch, not when it starts, so the
+    fallback to polling did not catch it and the sidecar died at start."""
+    prefix = _unshare_limited(0, "max_inotify_instances")
+    if prefix is None:
+        pytest.skip("cannot make a user namespace here (unshare --user) to limit inotify instances")
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    shutil.copy(FIXTURES / "apache-2.0.txt", inbox / "licence.txt")
+    (tmp_path / "sock").mkdir()
+    proxy = Proxy(migrated_dsn, tmp_path / "sock")
+    env = {**child_env(tmp_path), **FAST, "CONNECTOR_RESCAN_SECONDS": "3600"}
+    cmd = [*prefix, *connector_cmd("run", "--watch", str(inbox), "--dsn", proxy.dsn, "--embedder", "fake")]
+    log = open(tmp_path / "sidecar.log", "w+")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc.log = log  # type: ignore[attr-defined]  # for output_of
+    try:
+        _wait(proc, lambda: _status(migrated_dsn, "licence.txt") == "done", 120, "the file there at start")
+        (inbox / "later.txt").write_text("written while the folder is polled: " + "more words " * 30)
+        _wait(proc, lambda: _status(migrated_dsn, "later.txt") == "done", 120, "a file written later")
+        assert "polling it every" in output_of(proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, output_of(proc)[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
         proxy.stop()

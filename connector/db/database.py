@@ -120,9 +120,11 @@ def _missing_privilege(conn: psycopg.Connection, exc: psycopg.errors.Insufficien
     if isinstance(exc, MissingPrivilege):
         return exc
     role = conn.info.user
+    # No table's grant helps while the schema itself is closed to the role.
+    grants = f"GRANT USAGE ON SCHEMA connector TO {role}" if "for schema" in str(exc) else _grants(role)
     return MissingPrivilege(
         f"{secrets.one_line(str(exc))}: this database role may not do that (README: Roles: schema changes such as "
-        f"migrate and watch-table run as the owner; the runtime role needs, as the schema's owner: {_grants(role)})"
+        f"migrate and watch-table run as the owner; the runtime role needs, as the schema's owner: {grants})"
     )
 
 
@@ -248,8 +250,14 @@ def missing_privileges(conn: psycopg.Connection) -> str | None:
     """One line naming the privileges this role lacks on the schema's tables and the grants that give them back;
     None when it lacks none."""
     with conn.transaction():
-        missing = conn.execute(queries.MISSING_PRIVILEGES).fetchall()
-        (role,) = conn.execute("SELECT current_user").fetchone()
+        (role, usage) = conn.execute("SELECT current_user, has_schema_privilege('connector', 'USAGE')").fetchone()
+        # Without the schema's USAGE every statement fails, though each table's grants are all there.
+        missing = conn.execute(queries.MISSING_PRIVILEGES).fetchall() if usage else []
+    if not usage:
+        return (
+            f"role {role} may not use the schema connector. As its owner: GRANT USAGE ON SCHEMA connector TO {role} "
+            "(README: Roles)"
+        )
     if not missing:
         return None
     lacks: dict[str, list[str]] = {}

@@ -551,7 +551,10 @@ CROSS JOIN LATERAL unnest(CASE WHEN c.relkind = 'S' THEN ARRAY['USAGE']
                                WHEN c.relname = 'alembic_version' THEN ARRAY['SELECT']
                                ELSE ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE'] END)
      WITH ORDINALITY AS p(privilege, i)
-WHERE n.nspname = 'connector' AND c.relkind IN ('r', 'p', 'S')
+WHERE n.nspname = 'connector' AND c.relkind IN ('r', 'p', 'S') AND NOT c.relispartition
+  -- The schema's own objects, made by its migrations: not an admin's backup table there, nor a partition (read
+  -- through its parent), which a GRANT by the schema's owner could not fix if another role made them.
+  AND c.relowner = (SELECT d.relowner FROM pg_class d WHERE d.relnamespace = n.oid AND d.relname = 'documents')
   AND NOT CASE WHEN c.relkind = 'S' THEN has_sequence_privilege(c.oid, p.privilege)
                ELSE has_table_privilege(c.oid, p.privilege) END
 ORDER BY c.relname, p.i

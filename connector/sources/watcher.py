@@ -194,7 +194,16 @@ class FolderWatcher:
             self.touch(dest)  # queued if new or changed; a plain rename finds its bytes already stored
 
     def _new_observer(self) -> BaseObserver:
-        observer = PollingObserver(timeout=POLL_SECONDS) if self._polling else Observer()
+        if not self._polling:
+            observer = Observer()
+            try:  # watchdog makes the inotify instance here: the instance limit is met here, the watch limit later
+                observer.schedule(_Events(self), str(self.root), recursive=True)
+                return observer
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_WATCHES:
+                    raise
+                self._poll_instead(exc)
+        observer = PollingObserver(timeout=POLL_SECONDS)
         observer.schedule(_Events(self), str(self.root), recursive=True)
         return observer
 
