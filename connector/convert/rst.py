@@ -11,10 +11,11 @@ a few directives that show nothing in Sphinx's output (`toctree`, `index`, `high
 Footnotes and citations become Markdown footnotes as in the office converters: `[^label]` where cited, and the note
 right after the block (paragraph, list, table) that first cites it.
 
-docutils reads no other file (`include`, `csv-table :file:`, `raw :url:` are off: a document must not read the
-machine's files or the network), reads no configuration file, and never stops at an error. Its parser is line based
-and slow on pathological input: a source over `MAX_CHARS` is read as plain text, as it was before, and so is one
-docutils fails on (a block quote nested 200 levels deep exhausts Python's recursion limit).
+docutils reads no other file (`include`, `csv-table :file:`, `raw :url:` are off, and no image is embedded: a
+document must not read the machine's files or the network), reads no configuration file, and never stops at an
+error. Its parser is line based and slow on pathological input: a source over `MAX_CHARS` is read as plain text,
+as it was before, and so is one docutils fails on (a block quote nested 200 levels deep exhausts Python's recursion
+limit).
 """
 
 from __future__ import annotations
