@@ -12,6 +12,7 @@ import time
 from typing import Protocol
 
 import numpy as np
+import psycopg
 
 from connector.embedders.base import Embedder, Embeddings, Window, pool_windows
 from connector.errors import TransientError
@@ -112,12 +113,16 @@ class PersistentCache:
         """`call()`, or None when the cache's own database connection cannot be had (the role's or server's
         connection limit reached, a lost connection): the cache only saves the model's work, so the texts are
         embedded without it. Counting that as a try of every document in the batch failed them all for good
-        within a minute of a full connection limit, the worker's own connection being fine."""
+        within a minute of a full connection limit, the worker's own connection being fine. A grant missing on the
+        cache's table is no outage: it is raised, so the worker waits for the grant and /health names it, as for
+        every other table (skipped, it was a log line a minute that nobody read)."""
         if time.monotonic() < self._unreachable_until:  # each try may wait for a connect timeout: not per batch
             return None
         try:
             return call()
         except TransientError as exc:
+            if isinstance(exc, psycopg.errors.InsufficientPrivilege):  # db.database.MissingPrivilege
+                raise
             self._unreachable_until = time.monotonic() + RETRY_AFTER_SECONDS
             log.warning("embedding cache unavailable, embedding without it for %.0f s: %s", RETRY_AFTER_SECONDS, exc)
             return None
