@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import codecs
+
 import pymupdf
 import pytest
 
@@ -100,7 +102,7 @@ def test_pdf_without_text_is_a_conversion_error() -> None:
     [
         (b"", "empty"),
         (b"  \n\n ", "empty"),
-        (b"caf\xe9 au lait", "not valid UTF-8"),
+        (codecs.BOM_UTF8 + b"caf\xe9 au lait", "not valid UTF-8"),  # a UTF-8 mark: no charset is guessed
         (b"\x7fELF\x02\x01\x01\x00\x00", "NUL bytes"),
     ],
 )

@@ -81,9 +81,9 @@ def test_pdf_with_junk_before_its_header_still_opens_as_pdf() -> None:
         (_zip("word/document.xml", HTML_PAGE), "a ZIP archive"),
         (_png(), "a PNG image"),
         (b"", "empty"),
-        (TEXT.encode("latin-1", errors="replace").replace(b"and", b"\xe9t\xe9"), "not valid UTF-8"),
+        (codecs.BOM_UTF8 + TEXT.encode("latin-1", errors="replace").replace(b"and", b"\xe9t\xe9"), "not valid UTF-8"),
     ],
-    ids=["zip", "png", "empty", "latin-1"],
+    ids=["zip", "png", "empty", "latin-1-behind-a-utf-8-mark"],
 )
 def test_other_bytes_named_pdf_fail_saying_what_they_look_like(data: bytes, looks_like: str) -> None:
     with pytest.raises(ConversionError, match="not a PDF") as caught:
@@ -217,15 +217,18 @@ def test_an_html_page_in_the_charset_it_declares_converts_to_the_same_text(chars
     assert convert(data, mime, SETTINGS) == convert(page.encode(), mime, SETTINGS)
 
 
-def test_a_declared_charset_does_not_override_utf8_nor_rescue_what_it_cannot_decode() -> None:
+def test_a_declared_charset_does_not_override_utf8_and_without_one_the_charset_is_guessed(caplog) -> None:
+    """A page in Windows-1252 that declares no charset, or one Python does not know, failed as "not valid UTF-8";
+    it is read in the charset guessed (`charset.py`), as browsers do, and the log says so."""
     page = PG_PAGE.replace("charset=UTF-8", "charset=ISO-8859-1").replace('encoding="UTF-8"', 'encoding="latin1"')
-    assert convert(page.encode(), "text/html", SETTINGS) == convert(PG_PAGE.encode(), "text/html", SETTINGS)
+    utf8 = convert(PG_PAGE.encode(), "text/html", SETTINGS)
+    assert convert(page.encode(), "text/html", SETTINGS) == utf8
+    assert not caplog.records, "a declaration is no guess"
     undeclared = PG_PAGE.replace("charset=UTF-8", "").replace(' encoding="UTF-8"', "").encode("cp1252")
-    with pytest.raises(ConversionError, match="not valid UTF-8"):
-        convert(undeclared, "text/html", SETTINGS)
+    assert convert(undeclared, "text/html", SETTINGS).markdown == utf8.markdown
     unknown = PG_PAGE.replace("charset=UTF-8", "charset=x-klingon").replace('encoding="UTF-8"', "")
-    with pytest.raises(ConversionError, match="not valid UTF-8"):
-        convert(unknown.encode("cp1252"), "text/html", SETTINGS)
+    assert convert(unknown.encode("cp1252"), "text/html", SETTINGS).markdown == utf8.markdown
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["read as windows-1252"] * 2
     shift_jis = PG_PAGE.replace("charset=UTF-8", "charset=Shift_JIS").replace('encoding="UTF-8"', "")
     shift_jis = shift_jis.replace("Numeric Types", "数値型").replace("\xa0", " ").replace("\u201c", '"')
     assert "数値型" in convert(shift_jis.replace("\u201d", '"').encode("shift_jis"), "text/html", SETTINGS).markdown
@@ -234,13 +237,13 @@ def test_a_declared_charset_does_not_override_utf8_nor_rescue_what_it_cannot_dec
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (TEXT.encode("latin-1", errors="replace").replace(b"and", b"\xe9t\xe9"), "not valid UTF-8"),
+        (codecs.BOM_UTF8 + TEXT.encode("latin-1", errors="replace").replace(b"and", b"\xe9t\xe9"), "not valid UTF-8"),
         (_png(), "NUL bytes"),
         (_zip("a.txt", TEXT.encode()), "NUL bytes"),
         (codecs.BOM_UTF16_LE + TEXT.encode("utf-16-le")[:-1], "not valid UTF-16"),
         (TEXT.encode("utf-16-le")[:2000] + PDF[:2000], "NUL bytes"),
     ],
-    ids=["latin-1", "png", "zip", "truncated-utf-16", "utf-16-then-binary"],
+    ids=["latin-1-behind-a-utf-8-mark", "png", "zip", "truncated-utf-16", "utf-16-then-binary"],
 )
 def test_binary_and_unknown_encodings_still_fail_clearly(data: bytes, message: str) -> None:
     with pytest.raises(ConversionError, match=message):
@@ -365,10 +368,10 @@ def test_html_keeps_section_headers_notes_and_section_signs() -> None:
 
 
 @pytest.mark.parametrize("charset", ["base64", "hex", "rot13", "zip", "unicode_escape", "undefined", "x-klingon"])
-def test_a_declared_charset_that_is_no_text_encoding_fails_as_invalid_text(charset: str) -> None:
+def test_a_declared_charset_that_is_no_text_encoding_is_ignored_and_the_charset_guessed(charset: str) -> None:
     page = PG_PAGE.replace("charset=UTF-8", f"charset={charset}").replace('encoding="UTF-8"', "")
-    with pytest.raises(ConversionError, match="not valid UTF-8"):
-        convert(page.encode("cp1252"), "text/html", SETTINGS)
+    utf8 = convert(page.encode(), "text/html", SETTINGS)
+    assert convert(page.encode("cp1252"), "text/html", SETTINGS).markdown == utf8.markdown
 
 
 def test_escape_sequences_go_whole_and_nothing_after_an_unended_one() -> None:

@@ -90,6 +90,7 @@ MIME_BY_SUFFIX = {
 }
 SUPPORTED = ", ".join(sorted(MIME_BY_SUFFIX)) + ", man pages (.1 to .9) and any other text file"
 _MAN_SECTION = re.compile(r"\.[1-9][a-z]{0,6}$")  # `ls.1`, `GET.1p`, `CA.pl.1ssl`, `File::Temp.3perl`
+_MEDIA = ("image", "audio", "video", "font", "model")
 _TEXT_DIALECT = {"text/asciidoc": "asciidoc", "text/x-asciidoc": "asciidoc", "text/x-org": "org", "text/x-tex": "tex"}
 
 
@@ -183,7 +184,9 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
     what = sniff.magic(data)
     if what is None:
         try:
-            source = sniff.decode_declared(data)
+            # A charset is guessed for text of no type or of a text-like one (`application/json`), never for what
+            # its label says is media: four bytes of a PNG read as Windows-1252 are "‰PNG", no text.
+            source = sniff.decode_declared(data, guess=labelled.partition("/")[0] not in _MEDIA)
         except sniff.BinaryData:
             what = "looks like binary data"
         except sniff.EmptyText:

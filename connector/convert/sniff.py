@@ -4,11 +4,14 @@ Text encodings: a byte-order mark decides (UTF-8, UTF-16 or UTF-32, either byte 
 recognised only where that is reliable (see `_utf16_without_bom`), 7-bit text that switches character sets with
 ISO 2022 escapes (`ESC $ B`: Japanese mail and Emacs tutorials) is read as ISO-2022-JP/KR, which those escapes name,
 an HTML or XML page that is not UTF-8 is read in the charset it declares (`<meta charset>`, `<?xml encoding>`),
-and everything else must be UTF-8. No charset is guessed beyond that: a Latin-1 or Windows-1252 file fails as "not
-valid UTF-8", since a guess that is wrong for a short file stores mojibake that nobody sees, where a clear failure
-says what to fix. Control characters are dropped from the text (terminal escape sequences whole): they show
-nothing, and would reach a terminal that prints a search hit. NUL is one of them where text holds a few, alone (GNU
-info files mark their index nodes with `\0\b[index\0\b]`); more, or runs of them, make bytes binary data.
+and everything else is UTF-8 when it decodes as UTF-8. What does not, and is no binary data (the NUL checks come
+first), is read in the charset `charset.py` guesses (Windows-1252, KOI8-R, EUC-JP, GB18030, ...; UTF-8 with its few
+stray bytes read as Windows-1252 where it is mostly UTF-8), and the guess is logged as a warning naming the charset;
+where no charset fits, it fails as "not valid UTF-8 ..., and no charset fits it". Behind a UTF-8 or UTF-16
+byte-order mark nothing is guessed: bytes the mark's encoding cannot read fail. Control characters are dropped
+from the text (terminal escape sequences whole): they show nothing, and would reach a terminal that prints a search
+hit. NUL is one of them where text holds a few, alone (GNU info files mark their index nodes with
+`\0\b[index\0\b]`); more, or runs of them, make bytes binary data.
 
 A gzip file (most of /usr/share/doc: `changelog.gz`, `README.gz`, man pages) is read by what it holds, decompressed
 piece by piece and refused once past the document size limit (`gunzip`).
@@ -24,6 +27,7 @@ import unicodedata
 import zipfile
 import zlib
 
+from connector.convert import charset
 from connector.errors import ConversionError
 from connector.visible import visible
 
@@ -91,6 +95,14 @@ class BinaryData(ConversionError):
 
     def __init__(self, message: str = "file contains NUL bytes: binary data, not text") -> None:
         super().__init__(message)
+
+
+class NotUtf8(ConversionError):
+    """Bytes without a byte-order mark that are not UTF-8, where no charset was to be guessed (yet)."""
+
+    def __init__(self, data: bytes, error: UnicodeDecodeError) -> None:
+        super().__init__(f"not valid UTF-8 text (byte {data[error.start]:#04x} at offset {error.start})")
+        self.error = error
 
 
 NOTHING_VISIBLE = "document has no visible text (only spaces, controls and format characters such as zero-width spaces)"
@@ -278,8 +290,9 @@ def not_a_pdf(data: bytes) -> str:
         raise ConversionError(f"not a PDF (looks like text, but {exc})") from exc
 
 
-def decode(data: bytes) -> str:
-    """The text of `data`, newlines normalised to "\\n"; `ConversionError` for binary data, bad or empty text."""
+def decode(data: bytes, guess: bool = True) -> str:
+    """The text of `data`, newlines normalised to "\\n"; `ConversionError` for binary data, bad or empty text. Bytes
+    with no byte-order mark that are not UTF-8 are read in the charset `charset.guess` finds, unless not `guess`."""
     codec, skip = _codec(data)
     if codec == "utf-8" and not skip and _ISO2022.search(data) and data.isascii():
         for iso2022 in _ISO2022_CODECS:
@@ -292,6 +305,10 @@ def decode(data: bytes) -> str:
     except UnicodeDecodeError as exc:
         if codec == "utf-8" and not skip and b"\x00" in data:  # stray NULs let it be tried as text: it is not
             raise BinaryData() from exc
+        if codec == "utf-8" and not skip:
+            if guess:
+                return _text(charset.guess(data, exc))
+            raise NotUtf8(data, exc) from exc
         name = codec.upper().removesuffix("-LE").removesuffix("-BE")
         raise ConversionError(
             f"not valid {name} text (byte {data[skip + exc.start]:#04x} at offset {skip + exc.start})"
@@ -334,21 +351,21 @@ def declared_charset(data: bytes) -> str | None:
     return _WHATWG_ALIASES.get(codec, codec)
 
 
-def decode_declared(data: bytes) -> str:
-    """`decode(data)`; where that fails as invalid UTF-8, the charset the document declares (an HTML page of the
-    2000s in ISO-8859-1 says so in a `<meta>`): a declaration, not a guess."""
+def decode_declared(data: bytes, guess: bool = True) -> str:
+    """`decode(data, guess)`; where that fails as invalid UTF-8, the charset the document declares (an HTML page of
+    the 2000s in ISO-8859-1 says so in a `<meta>`) before any guess."""
     try:
-        return decode(data)
-    except (BinaryData, EmptyText):
-        raise
-    except ConversionError as exc:
+        return decode(data, guess=False)
+    except NotUtf8 as exc:
         codec = declared_charset(data)
-        if codec is None or codec == "utf_8":
+        if codec is not None and codec != "utf_8":
+            try:
+                return _text(data.decode(codec))
+            except (UnicodeError, LookupError):
+                pass  # declared wrongly: guessed as any other text
+        if not guess:
             raise
-        try:
-            return _text(data.decode(codec))
-        except (UnicodeError, LookupError):
-            raise exc from None
+        return _text(charset.guess(data, exc.error))
 
 
 def _text(source: str) -> str:
