@@ -8,7 +8,9 @@ One module per input format; each produces Markdown (or keeps the user's text as
 - HTML: the page's main content converted to Markdown, then parsed as Markdown;
 - man pages (roff, man(7) or mdoc(7)), Perl POD, Jupyter notebooks, e-mail (`.eml`) and SVG images: converted to
   Markdown (`roff.py`, `pod.py`, `notebook.py`, `mail.py`, `svg.py`), then parsed as Markdown;
-- PDF: see `pdf.py`; DOCX, PPTX, ODT: `office.py`; EPUB: `epub.py`.
+- PDF: see `pdf.py`; DOCX, PPTX, ODT: `office.py`; EPUB: `epub.py`;
+- CSV and TSV (by name, or by content when the name says nothing): one Markdown table (`tabular.py`); XLSX and ODS:
+  a section per sheet holding its table (`spreadsheet.py`).
 What a file is comes from its bytes where they say it (`%PDF-`, a ZIP's parts, HTML's signatures, text that
 decodes), from its name otherwise: a `.txt` that holds a PDF is read as a PDF, a file with an unknown suffix is
 read as text when it is text, and anything else fails saying what it looks like. Bytes become text in `sniff.py`.
@@ -35,8 +37,10 @@ from connector.convert import (
     roff,
     rst,
     sniff,
+    spreadsheet,
     structure,
     svg,
+    tabular,
     text,
 )
 from connector.convert.sniff import decode
@@ -48,6 +52,9 @@ from connector.visible import visible
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
 ODT = "application/vnd.oasis.opendocument.text"
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+ODS = "application/vnd.oasis.opendocument.spreadsheet"
+CSV = ("text/csv", "text/tab-separated-values", "text/tsv")
 EPUB = "application/epub+zip"
 OCTET = "application/octet-stream"
 GZIP = ("application/gzip", "application/x-gzip")
@@ -81,6 +88,11 @@ MIME_BY_SUFFIX = {
     ".docx": DOCX,
     ".pptx": PPTX,
     ".odt": ODT,
+    ".xlsx": XLSX,
+    ".ods": ODS,
+    ".csv": "text/csv",
+    ".tsv": "text/tab-separated-values",
+    ".tab": "text/tab-separated-values",
     ".epub": EPUB,
     ".man": ROFF,
     ".pod": POD,
@@ -139,6 +151,12 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         document = office.odt(data)
     elif mime == EPUB:
         document = epub.convert(data)
+    elif mime == XLSX:
+        document = _split_tables(spreadsheet.xlsx(data), settings)
+    elif mime == ODS:
+        document = _split_tables(spreadsheet.ods(data), settings)
+    elif mime in CSV:
+        document = _from_csv(decode(data), settings, named=True)
     elif mime in ("text/markdown", "text/x-markdown"):
         source = decode(data)
         blocks = markdown.blocks(source)
@@ -198,13 +216,15 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
                 return _from_html(source, settings)
             if sniff.looks_like_pod(source):
                 return _from_pod(source)
-            return _from_roff(source) if sniff.looks_like_roff(source) else _from_text(source, None)
+            if sniff.looks_like_roff(source):
+                return _from_roff(source)
+            return _from_csv(source, settings, named=False)
     else:
         what = f"looks like {what}"
     label = "" if labelled in ("", OCTET) else f" {labelled!r}"
     raise UnsupportedDocument(
-        f"unsupported file type{label} ({what}); supported: PDF, DOCX, PPTX, ODT, EPUB, HTML, Markdown and any text "
-        "(CSV too), each also gzipped"
+        f"unsupported file type{label} ({what}); supported: PDF, DOCX, PPTX, ODT, EPUB, XLSX, ODS, HTML, Markdown, "
+        "CSV and any text, each also gzipped"
     )
 
 
@@ -215,6 +235,23 @@ def _from_html(source: str, settings: ChunkingSettings) -> Document:
     converted = markdown.split_large_tables(page.markdown, settings.table_max_tokens, settings.encoding)
     blocks = markdown.blocks(converted)
     return Document(converted, blocks, title=page.title or markdown.first_title(converted, blocks))
+
+
+def _from_csv(source: str, settings: ChunkingSettings, named: bool) -> Document:
+    """A CSV or TSV as one table, split by rows into parts that each repeat the header row; as text when it is not
+    tabular after all (`tabular.dialect`)."""
+    found = tabular.dialect(source, named)
+    table = tabular.markdown(source, found) if found is not None else None
+    if table is None:
+        return _from_text(source, None)
+    converted = markdown.split_large_tables(table, settings.table_max_tokens, settings.encoding)
+    return Document(converted, markdown.blocks(converted))
+
+
+def _split_tables(document: Document, settings: ChunkingSettings) -> Document:
+    """A converter's Markdown with its tables over the size limit split by rows, each part under the header row."""
+    converted = markdown.split_large_tables(document.markdown, settings.table_max_tokens, settings.encoding)
+    return Document(converted, markdown.blocks(converted), title=document.title)
 
 
 def _from_rst(source: str, settings: ChunkingSettings) -> Document:

@@ -115,13 +115,18 @@ class EmptyText(ConversionError):
 _ZIP_PARTS = (
     ("word/document.xml", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
     ("ppt/presentation.xml", "application/vnd.openxmlformats-officedocument.presentationml.presentation"),
+    ("xl/workbook.xml", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
 )
-_ZIP_MIMETYPES = ("application/epub+zip", "application/vnd.oasis.opendocument.text")
+_ZIP_MIMETYPES = (
+    "application/epub+zip",
+    "application/vnd.oasis.opendocument.text",
+    "application/vnd.oasis.opendocument.spreadsheet",
+)
 
 
 def container(data: bytes) -> str | None:
     """The MIME type that a file's bytes state on their own: a PDF, or a ZIP package whose parts say DOCX, PPTX,
-    EPUB or ODT (OPC part names; the OCF/ODF `mimetype` entry). None for anything else."""
+    XLSX, EPUB, ODT or ODS (OPC part names; the OCF/ODF `mimetype` entry). None for anything else."""
     if data.lstrip()[:5] == b"%PDF-":  # at the very start: other text may quote "%PDF-" in its first kilobyte
         return "application/pdf"
     if not data.startswith(b"PK\x03\x04"):
@@ -170,17 +175,15 @@ def magic(data: bytes) -> str | None:
     return what
 
 
-SPREADSHEETS = "spreadsheets are not read, save it as CSV to have it read as text"
-
-# ZIP packages that no converter reads, by the OpenDocument `mimetype` entry or the content types of an OPC package.
+# ZIP packages that no converter reads, by the OpenDocument `mimetype` entry or the content types of an OPC package
+# (an XLSX or ODS is read: `container` names it).
 _ODF_KINDS = {
-    "application/vnd.oasis.opendocument.spreadsheet": f"an ODS spreadsheet; {SPREADSHEETS}",
     "application/vnd.oasis.opendocument.presentation": "an ODP presentation; save it as PPTX or PDF",
     "application/vnd.oasis.opendocument.graphics": "an ODG drawing; save it as PDF",
 }
 _OPC_KINDS = (
-    (b"spreadsheetml", f"an XLSX spreadsheet; {SPREADSHEETS}"),
-    (b"application/vnd.ms-excel", f"an Excel spreadsheet; {SPREADSHEETS}"),
+    (b"spreadsheetml", "an XLSX spreadsheet without its workbook part"),
+    (b"application/vnd.ms-excel", "an Excel spreadsheet of a kind not read (macro-enabled or binary); save it as XLSX"),
 )
 _CONTENT_TYPES_WINDOW = 64 * 1024  # of `[Content_Types].xml`: a workbook's main part is declared in its first lines
 

@@ -1,0 +1,139 @@
+"""XLSX and ODS spreadsheets → one section per sheet (its name the heading) holding the sheet's values as a table.
+
+Values, not formulas: an XLSX is read by openpyxl in read-only mode with the values its application last
+calculated (`data_only`), an ODS by odfpy (its cells' text as displayed). Rows and columns that hold nothing are
+dropped; the first row left is the header. A sheet's size is what its cells say, not what the file declares (readxl's
+`datasets.xlsx` declares every sheet `A1:A1`), so cells are counted as they are read and a workbook past
+`MAX_CELLS` fails saying so, before its text would fill memory. The ZIP package is checked for a zip bomb first
+(`office._guarded`). Legacy `.xls` (BIFF) is not read: `sniff` names it.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Iterator
+
+from connector.convert import markdown
+from connector.convert.office import _guarded, pipe_table
+from connector.errors import ConversionError
+from connector.models import Document
+
+MAX_CELLS = 500_000
+"""Cells read from a workbook, empty ones inside its used range included: 500,000 cells are ~5 MB of Markdown (the
+document size limit's order) and a few seconds of parsing; a sheet of a million cells fails in the time it takes to
+read half of it."""
+NO_VALUES = (
+    "spreadsheet has no values: its cells are empty or hold formulas whose results were never saved (open it in a "
+    "spreadsheet application and save it again)"
+)
+
+
+@_guarded("XLSX")
+def xlsx(data: bytes) -> Document:
+    import io
+
+    import openpyxl
+
+    book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    try:
+        counter = _Counter()
+        sheets = []
+        for sheet in book.worksheets:  # chart sheets have no cells
+            sheet.reset_dimensions()  # the declared size may be wrong (`A1:A1`): read every row there is
+            rows = (counter.count([_text(v) for v in row]) for row in sheet.iter_rows(values_only=True))
+            sheets.append((sheet.title, _table(rows)))
+        title = book.properties.title
+    finally:
+        book.close()
+    return _workbook(sheets, title)
+
+
+@_guarded("ODS")
+def ods(data: bytes) -> Document:
+    import io
+
+    from odf import opendocument, table, teletype
+
+    book = opendocument.load(io.BytesIO(data))
+    counter = _Counter()
+    sheets = []
+    for sheet in book.spreadsheet.getElementsByType(table.Table):
+        sheets.append((sheet.getAttribute("name") or "", _table(_ods_rows(sheet, table, teletype, counter))))
+    title = next((teletype.extractText(t) for t in book.meta.childNodes if t.qname[1] == "title"), None)
+    return _workbook(sheets, title)
+
+
+def _ods_rows(sheet, table, teletype, counter: _Counter) -> Iterator[list[str]]:
+    """A sheet's rows, with ODF's repeats expanded (`number-rows-repeated`, `number-columns-repeated`). A file saved
+    by LibreOffice ends each row with one cell repeated to the last column (16,384) and the sheet with one row
+    repeated to the last row (a million): trailing empty cells and rows are not expanded, they hold nothing."""
+    for row in sheet.getElementsByType(table.TableRow):
+        cells: list[str] = []
+        trailing = 0
+        for cell in row.childNodes:
+            if cell.qname[1] not in ("table-cell", "covered-table-cell"):
+                continue
+            text = " ".join(teletype.extractText(cell).split())
+            repeat = int(cell.getAttribute("numbercolumnsrepeated") or 1)
+            if not text:
+                trailing += repeat
+                continue
+            counter.add(trailing + repeat)
+            cells.extend([""] * trailing + [text] * repeat)
+            trailing = 0
+        repeat = int(row.getAttribute("numberrowsrepeated") or 1)
+        if not cells:
+            continue  # empty rows hold nothing: not expanded, `_table` would drop them
+        counter.add(len(cells) * (repeat - 1))
+        for _ in range(repeat):
+            yield cells
+
+
+class _Counter:
+    """Cells read so far, across the workbook; past `MAX_CELLS` the workbook is refused."""
+
+    def __init__(self) -> None:
+        self.cells = 0
+
+    def add(self, n: int) -> None:
+        self.cells += n
+        if self.cells > MAX_CELLS:
+            raise ConversionError(
+                f"spreadsheet too large: more than {MAX_CELLS:,} cells (save the part you need as CSV, or split it)"
+            )
+
+    def count(self, row: list[str]) -> list[str]:
+        self.add(len(row))
+        return row
+
+
+def _table(rows: Iterable[list[str]]) -> str:
+    """A sheet's rows as a pipe table, without the rows and columns that hold nothing."""
+    kept = [r for r in rows if any(r)]
+    used = sorted({i for r in kept for i, c in enumerate(r) if c})
+    return pipe_table([[r[i] if i < len(r) else "" for i in used] for r in kept])
+
+
+def _workbook(sheets: list[tuple[str, str]], title: str | None) -> Document:
+    parts = [f"# {' '.join(name.split()) or 'Sheet'}\n\n{body}\n" for name, body in sheets if body]
+    if not parts:
+        raise ConversionError(NO_VALUES)
+    text = "\n".join(parts)
+    # The title is the workbook's own (its properties), never its first sheet's name: "iris" does not name
+    # readxl's datasets.xlsx. Without one the file's name is shown.
+    return Document(text, markdown.blocks(text), title=" ".join((title or "").split()) or None)
+
+
+def _text(value: object) -> str:
+    """A cell's value as a reader sees it: dates without a midnight time, floats without binary noise."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, datetime.datetime) and value.time() == datetime.time():
+        return value.date().isoformat()
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, float):
+        return f"{value:.15g}"
+    return " ".join(str(value).split())

@@ -1,0 +1,146 @@
+"""CSV, TSV, XLSX and ODS as Markdown tables, on real files (tests/fixtures/real/SOURCES.md): palmerpenguins'
+`penguins.csv`, readxl's `datasets.xlsx` and `deaths.xlsx`, an ODS made from `penguins.csv`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import subprocess
+from pathlib import Path
+
+import openpyxl
+import psycopg
+import pytest
+
+from connector.convert import convert, mime_for_path, spreadsheet
+from connector.errors import ConversionError
+from connector.models import Document
+from connector.settings import ChunkingSettings
+from tests.conftest import child_env, connector_cmd
+
+REAL = Path(__file__).parent / "fixtures" / "real"
+SETTINGS = ChunkingSettings()
+PENGUINS = (REAL / "penguins.csv").read_bytes()
+HEADER = "| species | island | bill_length_mm | bill_depth_mm | flipper_length_mm | body_mass_g | sex | year |"
+
+
+def _tiles(doc: Document) -> None:
+    assert doc.blocks[0].start == 0 and doc.blocks[-1].end == len(doc.markdown)
+    assert all(a.end == b.start for a, b in zip(doc.blocks, doc.blocks[1:], strict=False))
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+@pytest.mark.parametrize("mime", [mime_for_path("penguins.csv"), "application/octet-stream"], ids=["named", "sniffed"])
+def test_a_real_csv_is_a_table_whose_every_part_repeats_the_header_and_loses_no_row(mime: str) -> None:
+    """It was plain text: a chunk of rows said nothing of which column is the body mass."""
+    doc = convert(PENGUINS, mime, SETTINGS)
+    _tiles(doc)
+    tables = [doc.markdown[b.start : b.end].strip() for b in doc.blocks if b.kind == "table"]
+    assert len(tables) > 1 and all(t.startswith(HEADER + "\n|---|") for t in tables), "split by rows, header in each"
+    rows = list(csv.reader(io.StringIO(PENGUINS.decode())))
+    body = [line for t in tables for line in t.split("\n")[2:]]
+    assert body == [_row(r) for r in rows[1:]] and len(body) == 344
+
+
+def test_prose_with_commas_is_not_taken_for_a_csv() -> None:
+    """The sniffer finds a "delimiter" in any text with commas; a real text file stays text."""
+    source = (REAL / "postmodern-simple-date.org").read_bytes()
+    doc = convert(source, "application/octet-stream", SETTINGS)
+    assert doc.markdown == source.decode() and not any(b.kind == "table" for b in doc.blocks)
+
+
+def test_a_workbook_of_several_sheets_is_one_section_per_sheet() -> None:
+    """readxl's datasets.xlsx declares every sheet `A1:A1`: read by what the cells are, not by what it says."""
+    doc = convert((REAL / "readxl-datasets.xlsx").read_bytes(), mime_for_path("datasets.xlsx"), SETTINGS)
+    _tiles(doc)
+    headings = [b.section_path for b in doc.blocks if b.kind == "heading"]
+    assert headings == [("iris",), ("mtcars",), ("chickwts",), ("quakes",)]
+    assert "| Sepal.Length | Sepal.Width | Petal.Length | Petal.Width | Species |" in doc.markdown
+    assert "| 5.1 | 3.5 | 1.4 | 0.2 | setosa |" in doc.markdown  # floats as written, not 5.0999999
+    assert doc.markdown.count("| setosa |") == doc.markdown.count("| virginica |") == 50
+    tables = [doc.markdown[b.start : b.end].strip() for b in doc.blocks if b.kind == "table"]
+    assert all(t.split("\n")[0].startswith("| ") for t in tables)
+
+
+def test_empty_rows_and_columns_of_a_sheet_are_dropped_and_dates_are_dates() -> None:
+    doc = convert((REAL / "readxl-deaths.xlsx").read_bytes(), "application/octet-stream", SETTINGS)
+    assert [b.section_path for b in doc.blocks if b.kind == "heading"] == [("arts",), ("other",)]
+    assert "| David Bowie | musician | 69 | TRUE | 1947-01-08 | 2016-01-10 |" in doc.markdown
+    assert "|  |  |  |  |  |  |" not in doc.markdown
+
+
+def test_an_ods_is_one_section_per_sheet() -> None:
+    doc = convert((REAL / "penguins-by-species.ods").read_bytes(), "application/octet-stream", SETTINGS)
+    _tiles(doc)
+    assert [b.section_path for b in doc.blocks if b.kind == "heading"] == [("Adelie",), ("Gentoo",), ("Chinstrap",)]
+    tables = [doc.markdown[b.start : b.end].strip() for b in doc.blocks if b.kind == "table"]
+    assert all(t.startswith(HEADER) for t in tables)
+    assert "| Gentoo | Biscoe | 46.1 | 13.2 | 211 | 4500 | female | 2007 |" in doc.markdown
+
+
+def _cut(keep) -> bytes:
+    rows = list(csv.reader(io.StringIO(PENGUINS.decode())))
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(keep(rows))
+    return out.getvalue().encode()
+
+
+def test_hostile_csvs_one_column_ragged_rows_quoted_newlines() -> None:
+    one = convert(_cut(lambda rows: [r[:1] for r in rows[:60]]), "text/csv", SETTINGS)
+    assert one.markdown.startswith("| species |\n|---|\n| Adelie |\n") and one.blocks[0].kind == "table"
+    rows = list(csv.reader(io.StringIO(PENGUINS.decode())))[:60]
+    ragged = convert(_cut(lambda rows: [r[: 8 - i % 3] for i, r in enumerate(rows[:60])]), "text/csv", SETTINGS)
+    lines = ragged.markdown.split("\n")
+    assert lines[3] == _row([*rows[2][:6], "", ""]) and lines[4] == _row(rows[3]), "padded to the widest row"
+    newline = _cut(lambda rows: [rows[0], [*rows[1][:6], "male\nchecked twice", rows[1][7]], *rows[2:60]])
+    doc = convert(newline, "application/octet-stream", SETTINGS)
+    assert "| 3750 | male checked twice | 2007 |" in doc.markdown and doc.blocks[0].kind == "table"
+    _tiles(doc)
+    # a field past the csv module's 128 KB limit, beyond the sniffed sample: the file is read as the text it is
+    huge = PENGUINS + b'Adelie,"' + b"x" * 200_000 + b'",1,2,3,4,female,2009\n'
+    assert convert(huge, "text/csv", SETTINGS).markdown == huge.decode()
+
+
+def test_a_sheet_of_a_million_cells_is_refused_saying_so(tmp_path: Path) -> None:
+    book = openpyxl.Workbook(write_only=True)
+    sheet = book.create_sheet("big")
+    for i in range(1000):
+        sheet.append(range(i, i + 1000))
+    book.save(tmp_path / "big.xlsx")
+    with pytest.raises(ConversionError, match=r"^spreadsheet too large: more than 500,000 cells"):
+        convert((tmp_path / "big.xlsx").read_bytes(), mime_for_path("big.xlsx"), SETTINGS)
+
+
+def test_a_sheet_of_formulas_never_calculated_fails_saying_so(tmp_path: Path) -> None:
+    """openpyxl writes formulas without their results: a reader of values sees nothing."""
+    rows = list(csv.reader(io.StringIO(PENGUINS.decode())))
+    book = openpyxl.Workbook()
+    for i, row in enumerate(rows[1:21], start=1):
+        book.active.append([f"=SUM({row[2]}, {row[3]})", f"=A{i}*{row[5]}"])
+    book.save(tmp_path / "formulas.xlsx")
+    with pytest.raises(ConversionError, match=f"^{re.escape(spreadsheet.NO_VALUES)}$"):
+        convert((tmp_path / "formulas.xlsx").read_bytes(), mime_for_path("formulas.xlsx"), SETTINGS)
+
+
+def test_tables_ingest_end_to_end(tmp_path: Path, migrated_dsn) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name in ("penguins.csv", "readxl-datasets.xlsx", "penguins-by-species.ods"):
+        (folder / name).write_bytes((REAL / name).read_bytes())
+    command = connector_cmd("ingest", str(folder), "--dsn", migrated_dsn, "--embedder", "fake")
+    result = subprocess.run(command, cwd=tmp_path, env=child_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    with psycopg.connect(migrated_dsn) as conn:
+        rows = conn.execute(
+            "SELECT d.source_key, d.status, c.chunk_type, c.section_path, "
+            "substr(d.markdown, c.start_char + 1, c.end_char - c.start_char) = c.text "
+            "FROM connector.documents d JOIN connector.chunks c ON c.document_id = d.id"
+        ).fetchall()
+    assert {r[0] for r in rows} == {"penguins.csv", "readxl-datasets.xlsx", "penguins-by-species.ods"}
+    assert all(r[1] == "done" and r[4] for r in rows)
+    assert {r[2] for r in rows if r[0] == "penguins.csv"} == {"table"}
+    assert {tuple(r[3]) for r in rows if r[0] == "readxl-datasets.xlsx"} >= {("iris",), ("quakes",)}
