@@ -5,6 +5,10 @@ title and the chunk's section path), so a chunk that says "the fee is 40 EUR" is
 the section it sits in; the stored text is the chunk alone. Each model window keeps its own vector and its span in
 the document (a chunk longer than the model's input is several windows), so search can rank a chunk by its best
 window.
+
+A chunk that starts inside a table, below its header row, is read under that header row too (`table_header`): a
+long table's rows, cut from their header by a chunker, still say what each column is (which value is the "body mass"
+a question asks about). The stored text is unchanged, so offsets stay exact.
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ def winner_texts(
 ) -> tuple[list[str], list[int]]:
     """What the model reads for each of the winner's chunks, and the length of the heading before each chunk."""
     paths = [document.section_path_at(c.start) for c in winner.chunks]
-    prefixes = [heading_prefix(template, title, path) for path in paths]
+    prefixes = [
+        heading_prefix(template, title, path) + table_header(document, c.start)
+        for path, c in zip(paths, winner.chunks, strict=True)
+    ]
     texts = [
         p + c.text + suffix(template, title, path) for p, c, path in zip(prefixes, winner.chunks, paths, strict=True)
     ]
@@ -92,9 +99,37 @@ def document_span(start: int, end: int, chunk_start: int, chunk_end: int, prefix
     return chunk_start + a, chunk_start + b
 
 
-def embedding_text(template: str, title: str | None, section_path: tuple[str, ...], text: str) -> tuple[str, int]:
-    """What the model reads for a stored chunk, and the length of the heading before its text."""
-    prefix = heading_prefix(template, title, section_path)
+def table_header(document: Document, offset: int) -> str:
+    """The header and delimiter rows of the table a chunk starting at `offset` starts in, when the chunk does not
+    hold them itself; "" otherwise."""
+    block = document.block_at(offset)
+    if block is None or block.kind != "table" or offset < block.start:
+        return ""
+    table = document.markdown[block.start : min(block.end, block.start + HEADER_WINDOW)]
+    return header_rows(table, block.start, offset)
+
+
+HEADER_WINDOW = 64 * 1024
+"""Characters of a table read for its header rows: a header row longer than that is not repeated."""
+
+
+def header_rows(table: str, table_start: int, offset: int) -> str:
+    """The first two lines of `table` (a table block's text from `table_start` on; blank lines before it skipped),
+    ending with a newline, when a chunk starting at `offset` does not start with them; "" otherwise. Shared by the
+    writer and by `reembed`, whose stored chunks give the table's start and text from the database."""
+    lead = len(table) - len(table.lstrip("\n"))
+    lines = table[lead:].split("\n", 2)
+    if len(lines) < 3:
+        return ""
+    return f"{lines[0]}\n{lines[1]}\n" if offset > table_start + lead else ""
+
+
+def embedding_text(
+    template: str, title: str | None, section_path: tuple[str, ...], text: str, table_head: str = ""
+) -> tuple[str, int]:
+    """What the model reads for a stored chunk (under `table_head`, its table's header rows, if it starts in a
+    table below them), and the length of the heading before its text."""
+    prefix = heading_prefix(template, title, section_path) + table_head
     return prefix + text + suffix(template, title, section_path), len(prefix)
 
 

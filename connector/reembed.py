@@ -56,7 +56,7 @@ def estimate(dsn: str, settings: Settings, spec: ModelSpec) -> Estimate:
         standby = slots.get("standby")
         resume = standby is not None and embeddings.same_space(standby.spec, spec)
         texts = [
-            embedding_text(settings.embed_template, c.title, tuple(c.section_path), c.text)[0]
+            embedding_text(settings.embed_template, c.title, tuple(c.section_path), c.text, c.table_head)[0]
             for c in embeddings.all_chunks(conn)
         ]
         done = embeddings.standby_progress(conn)[0] if resume else 0
@@ -99,7 +99,9 @@ def fill(conn: psycopg.Connection, model: Embedder, settings: Settings, on_progr
     spec = embedders.spec_of(model)
     size = batch_chunks(settings, spec)
     while batch := embeddings.missing_standby(conn, after, size):
-        texts = [embedding_text(settings.embed_template, c.title, tuple(c.section_path), c.text) for c in batch]
+        texts = [
+            embedding_text(settings.embed_template, c.title, tuple(c.section_path), c.text, c.table_head) for c in batch
+        ]
         result = _embed(model, batch, [t for t, _ in texts])
         rows = []
         for c, (_, prefix_len), vector, windows in zip(batch, texts, result.vectors, result.window_spans, strict=True):

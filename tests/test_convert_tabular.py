@@ -13,7 +13,11 @@ import openpyxl
 import psycopg
 import pytest
 
+from connector import candidates
+from connector.chunkers import build
 from connector.convert import convert, mime_for_path, spreadsheet
+from connector.db import embeddings
+from connector.embed import embedding_text, table_header, winner_texts
 from connector.errors import ConversionError
 from connector.models import Document
 from connector.settings import ChunkingSettings
@@ -51,6 +55,24 @@ def test_prose_with_commas_is_not_taken_for_a_csv() -> None:
     source = (REAL / "postmodern-simple-date.org").read_bytes()
     doc = convert(source, "application/octet-stream", SETTINGS)
     assert doc.markdown == source.decode() and not any(b.kind == "table" for b in doc.blocks)
+
+
+def test_each_chunk_of_a_split_table_is_embedded_under_its_column_names() -> None:
+    """A 512-token window cuts a table part anywhere: the rows it holds are read under the header, the stored text
+    is still the document's own (offsets exact)."""
+    cfg = ChunkingSettings(strategies=("token_window",))
+    doc = convert(PENGUINS, "text/csv", cfg)
+    (candidate,) = candidates.generate(doc, build(cfg), cfg, parallel=False)
+    texts, prefixes = winner_texts(doc, candidate, "{heading}\n\n{text}", "penguins.csv")
+    assert len(candidate.chunks) > 3
+    for chunk, text, prefix in zip(candidate.chunks, texts, prefixes, strict=True):
+        assert doc.markdown[chunk.start : chunk.end] == chunk.text and text[prefix:] == chunk.text
+        assert HEADER in text, "every chunk names the columns"
+        if chunk.text.lstrip().startswith(HEADER):
+            assert HEADER not in text[:prefix], "a chunk that opens with its header is not given it twice"
+    heads = [p for p, c in zip(texts, candidate.chunks, strict=True) if not c.text.lstrip().startswith(HEADER)]
+    assert heads, "some chunk starts below a header"
+    assert embedding_text("{heading}\n\n{text}", "t", (), "x", HEADER + "\n")[0] == f"t\n\n{HEADER}\nx"
 
 
 def test_a_workbook_of_several_sheets_is_one_section_per_sheet() -> None:
@@ -132,7 +154,9 @@ def test_tables_ingest_end_to_end(tmp_path: Path, migrated_dsn) -> None:
     for name in ("penguins.csv", "readxl-datasets.xlsx", "penguins-by-species.ods"):
         (folder / name).write_bytes((REAL / name).read_bytes())
     command = connector_cmd("ingest", str(folder), "--dsn", migrated_dsn, "--embedder", "fake")
-    result = subprocess.run(command, cwd=tmp_path, env=child_env(tmp_path), capture_output=True, text=True, timeout=600)
+    # token windows: chunks that start below a table's header rows, which the re-embedding below must find
+    env = {**child_env(tmp_path), "CONNECTOR_CHUNK_STRATEGIES": '["token_window"]'}
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     with psycopg.connect(migrated_dsn) as conn:
         rows = conn.execute(
@@ -144,3 +168,9 @@ def test_tables_ingest_end_to_end(tmp_path: Path, migrated_dsn) -> None:
     assert all(r[1] == "done" and r[4] for r in rows)
     assert {r[2] for r in rows if r[0] == "penguins.csv"} == {"table"}
     assert {tuple(r[3]) for r in rows if r[0] == "readxl-datasets.xlsx"} >= {("iris",), ("quakes",)}
+    # a re-embedding (`connector reembed`) reads each chunk under the same header rows as the writer did
+    document = convert(PENGUINS, "text/csv", SETTINGS)
+    with psycopg.connect(migrated_dsn) as conn:
+        stored = [c for c in embeddings.all_chunks(conn) if c.text in document.markdown]
+    assert stored and any(c.table_head for c in stored)
+    assert all(c.table_head == table_header(document, c.start_char) for c in stored)

@@ -2,7 +2,8 @@
 
 Read as plain text, a chunk of a long CSV held rows without the header row: a question about "the body mass of
 ..." could not be answered from a chunk that never says which column is the body mass. As a table, the converter's
-`split_large_tables` cuts it into parts that each repeat the header row.
+`split_large_tables` cuts it into parts that each repeat the header row (the stored text), and a chunk that starts
+inside a part is embedded under that part's header (`embed.table_header`).
 
 Which files are tables: a `.csv`, `.tsv` or `.tab` by name, and a file whose name says nothing by its content,
 with the standard library's `csv.Sniffer` for the delimiter and header, checked here because the sniffer finds a

@@ -47,16 +47,27 @@ VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (model, text_hash) DO NOTHING
 """
 CACHE_DROP = "DELETE FROM connector.embedding_cache WHERE model = %s"
 
+# The table block a chunk starts in (its start and its first 64 KB, whose first two lines are its header rows), so
+# that a re-embedded chunk is read under its table's header as the writer read it (`embed.header_rows`).
+TABLE_OF_CHUNK = """
+SELECT (b->>'start')::int AS table_start,
+       substr(d.markdown, (b->>'start')::int + 1, least((b->>'end')::int - (b->>'start')::int, 65536)) AS table_text
+FROM jsonb_array_elements(CASE WHEN jsonb_typeof(d.blocks) = 'array' THEN d.blocks ELSE '[]' END) b
+WHERE b->>'kind' = 'table' AND (b->>'start')::int <= c.start_char AND c.start_char < (b->>'end')::int
+LIMIT 1
+"""
 # The chunks the standby model has not embedded yet, with what the writer embedded them with (title, sections).
-MISSING_STANDBY = """
-SELECT c.id, c.text, c.start_char, c.end_char, c.section_path, d.title
+MISSING_STANDBY = f"""
+SELECT c.id, c.text, c.start_char, c.end_char, c.section_path, d.title, t.table_start, t.table_text
 FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id
+LEFT JOIN LATERAL ({TABLE_OF_CHUNK}) t ON true
 WHERE c.standby_embedding IS NULL AND c.id > %s
 ORDER BY c.id LIMIT %s
 """
-ALL_CHUNKS_TEXT = """
-SELECT c.id, c.text, c.start_char, c.end_char, c.section_path, d.title
-FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id ORDER BY c.id
+ALL_CHUNKS_TEXT = f"""
+SELECT c.id, c.text, c.start_char, c.end_char, c.section_path, d.title, t.table_start, t.table_text
+FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id
+LEFT JOIN LATERAL ({TABLE_OF_CHUNK}) t ON true ORDER BY c.id
 """
 STANDBY_PROGRESS = "SELECT count(*) FILTER (WHERE standby_embedding IS NOT NULL), count(*) FROM connector.chunks"
 SET_STANDBY = "UPDATE connector.chunks SET standby_embedding = %s WHERE id = %s"
@@ -94,6 +105,15 @@ class StoredChunk:
     end_char: int
     section_path: list[str]
     title: str | None
+    table_start: int | None
+    table_text: str | None
+
+    @property
+    def table_head(self) -> str:
+        """The header rows it was embedded under (`embed.header_rows`): "" outside a table."""
+        from connector.embed import header_rows
+
+        return header_rows(self.table_text, self.table_start, self.start_char) if self.table_text else ""
 
 
 def same_space(a: ModelSpec, b: ModelSpec) -> bool:
