@@ -49,7 +49,9 @@ def test_upgrade_downgrade_upgrade(dsn: str) -> None:
     assert _chunks_hnsw(dsn) is None, "0015: an empty table has no HNSW index until it is large (build_vector_index)"
     assert _notify_payload(dsn) == "''", "0016: one notification per transaction (a payload every row shares)"
     assert _has_column(dsn, "documents", "file_ctime_ns"), "0017: the ctime a folder file was hashed with"
+    assert _has_column(dsn, "watched_tables", "attnums"), "0018: the watched columns' numbers, for renames"
     migrate(dsn, 384, "0014", downgrade=True)
+    assert not _has_column(dsn, "watched_tables", "attnums"), "down from 0018: gone"
     assert not _has_column(dsn, "documents", "file_ctime_ns"), "down from 0017: gone"
     assert "hnsw" in (_chunks_hnsw(dsn) or ""), "down from 0015: the index is back"
     assert _notify_payload(dsn) == "NEW.id::text", "down from 0016: the row's id again"

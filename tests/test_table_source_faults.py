@@ -129,3 +129,69 @@ def test_user_metadata_is_never_rewritten_and_pages_have_their_own_column(migrat
     assert got["array"] == ("done", [1, 2], None)
     assert got["object"] == ("done", {"pages": "mine", "lang": "en"}, None)
     assert got["pdf"][:2] == ("done", {"pages": "mine"}) and got["pdf"][2] >= 1
+
+
+def _faq_answers() -> list[tuple[str, str]]:
+    """(question, answer) pairs of a real FAQ: the rows of an application's table."""
+    text = (FIXTURES / "real" / "rdiff-backup-FAQ.adoc").read_text()
+    parts = text.split("\n== ")[1:]
+    return [(p.split("\n", 1)[0], p.split("\n", 1)[1].strip()) for p in parts]
+
+
+def _run_once(dsn: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        connector_cmd("run", "--once", "--no-watch", "--embedder", "fake"),
+        cwd=tmp_path,
+        env={**child_env(tmp_path), "CONNECTOR_DSN": dsn},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_watched_columns_renamed_are_followed_and_a_deleted_rows_chunks_go(migrated_dsn: str, tmp_path: Path) -> None:
+    """Renamed, a watched column read as NULL: an edited row's document failed ("neither content nor
+    content_bytes") and, with the id column renamed, a deleted row's document and chunks stayed searchable."""
+    faq = _faq_answers()
+    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE faq (id text PRIMARY KEY, body text, headline text, lang text)")
+        for i, (question, answer) in enumerate(faq[:3]):
+            conn.execute("INSERT INTO faq VALUES (%s, %s, %s, 'en')", (f"q{i}", answer, question))
+    watch = subprocess.run(
+        connector_cmd("watch-table", "public.faq", "--id", "id", "--text", "body", "--title", "headline",
+                      "--metadata", "lang"),
+        cwd=tmp_path, env={**child_env(tmp_path), "CONNECTOR_DSN": migrated_dsn}, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert watch.returncode == 0, watch.stderr
+    _run_once(migrated_dsn, tmp_path)
+
+    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+        for old, new in [("body", "answer"), ("id", "faq_id"), ("headline", "question"), ("lang", "language")]:
+            conn.execute(f"ALTER TABLE faq RENAME COLUMN {old} TO {new}")
+        conn.execute("UPDATE faq SET answer = %s WHERE faq_id = 'q0'", (faq[3][1],))
+        conn.execute("INSERT INTO faq VALUES ('q9', %s, %s, 'en')", (faq[4][1], faq[4][0]))
+        conn.execute("DELETE FROM faq WHERE faq_id = 'q1'")
+    _run_once(migrated_dsn, tmp_path)
+
+    with psycopg.connect(migrated_dsn) as conn:
+        docs = {
+            key: (status, title, metadata, last_error)
+            for key, status, title, metadata, last_error in conn.execute(
+                "SELECT source_key, status, title, metadata, last_error FROM connector.documents"
+            )
+        }
+        assert set(docs) == {"public.faq:q0", "public.faq:q2", "public.faq:q9"}, docs  # q1's went with its row
+        assert {s for s, _, _, _ in docs.values()} == {"done"}, docs
+        assert docs["public.faq:q9"][1:3] == (faq[4][0], {"lang": "en"})
+        edited = conn.execute(
+            "SELECT string_agg(c.text, ' ') FROM connector.chunks c JOIN connector.documents d ON d.id = c.document_id "
+            "WHERE d.source_key = 'public.faq:q0'"
+        ).fetchone()[0]
+        assert faq[3][1][:200] in edited
+        orphans = conn.execute(
+            "SELECT count(*) FROM connector.chunks c WHERE NOT EXISTS "
+            "(SELECT 1 FROM connector.documents d WHERE d.id = c.document_id)"
+        ).fetchone()[0]
+        assert orphans == 0

@@ -505,11 +505,17 @@ CREATE_TRUNCATE_TRIGGER = sql.SQL(
 
 DROP_TRIGGER = sql.SQL("DROP TRIGGER IF EXISTS {} ON {}")
 
+# With the table's oid and its named columns' numbers, by which the trigger finds a column renamed since
+# (`connector.watch_column`, migration 0018).
 REGISTER_WATCH = """
-INSERT INTO connector.watched_tables (table_name, id_column, text_column, title_column, metadata_columns)
-VALUES (%s, %s, %s, %s, %s)
+INSERT INTO connector.watched_tables (table_name, id_column, text_column, title_column, metadata_columns, relid,
+                                      attnums)
+VALUES (%(table)s, %(id)s, %(text)s, %(title)s, %(meta)s, %(relid)s::oid,
+        (SELECT jsonb_object_agg(attname, attnum) FROM pg_attribute
+         WHERE attrelid = %(relid)s::oid AND NOT attisdropped AND attname = ANY (%(columns)s::text[])))
 ON CONFLICT (table_name) DO UPDATE SET id_column = EXCLUDED.id_column, text_column = EXCLUDED.text_column,
-    title_column = EXCLUDED.title_column, metadata_columns = EXCLUDED.metadata_columns, installed_at = now()
+    title_column = EXCLUDED.title_column, metadata_columns = EXCLUDED.metadata_columns, relid = EXCLUDED.relid,
+    attnums = EXCLUDED.attnums, installed_at = now()
 """
 
 UNREGISTER_WATCH = "DELETE FROM connector.watched_tables WHERE table_name = %s"

@@ -98,8 +98,9 @@ def watch(
         )
         conn.execute(
             queries.REGISTER_WATCH,
-            (qualified, id_column, text_column, title_column, list(metadata_columns)),
-        )
+            {"table": qualified, "id": id_column, "text": text_column, "title": title_column,
+             "meta": list(metadata_columns), "relid": found.oid, "columns": named},
+        )  # fmt: skip
         # Rows already there: queued like inserts (the same upsert as the trigger, read through to_jsonb).
         queued = conn.execute(
             queries.BACKFILL_TABLE.format(table=target),
