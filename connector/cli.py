@@ -526,8 +526,11 @@ def _print_estimate(spec, est) -> None:
 @app.command()
 def status(dsn: DsnOption = None, last: Annotated[int, typer.Option(help="How many failures to list.")] = 10) -> None:
     """Documents per status and the most recent failures."""
+    from rich.markup import escape
+
     from connector.db.database import connect, database
     from connector.db.store import Store
+    from connector.sources import table as tables
 
     _logging(False, quiet=True)
     settings = _settings(dsn)
@@ -536,7 +539,10 @@ def status(dsn: DsnOption = None, last: Annotated[int, typer.Option(help="How ma
         report = store.status(last)
         depth = store.queue_depth()
         leases = store.in_flight()
+        unread = tables.unread_problem(conn)
     out = Console()
+    if unread:
+        out.print(f"[red]{escape(unread)}[/red]", highlight=False)
     counts = Table("queue", "documents")
     for name, label in (("ready", "pending (ready)"), ("ready_files", "pending (ready, files)"),
                         ("backing_off", "pending (retry later)"), ("processing", "processing"), ("done", "done"),
@@ -608,7 +614,8 @@ def watch_table(
         with connect(url, autocommit=True) as conn:
             watched = tables.watch(conn, table, id_column, text_column, title_column, metadata or [])
     skipped = f"; {watched.skipped} row(s) with a NULL {id_column} not queued" if watched.skipped else ""
-    console.print(f"watching {watched.table}: {watched.queued} existing row(s) queued{skipped}")
+    pruned = f"; {watched.pruned} document(s) of rows no longer in it removed" if watched.pruned else ""
+    console.print(f"watching {watched.table}: {watched.queued} existing row(s) queued{skipped}{pruned}")
 
 
 @app.command("unwatch-table")

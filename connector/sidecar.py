@@ -27,6 +27,7 @@ from connector.db.store import Store
 from connector.errors import FatalError, TransientError
 from connector.pipeline import Pipeline
 from connector.settings import NOTIFY_CHANNEL, Settings
+from connector.sources import table as tables
 from connector.sources.folder import scan
 from connector.sources.watcher import FolderWatcher
 from connector.worker import Worker, worker_name
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 _WAKE_CHECK = 0.5  # seconds between checks of the stop flag while waiting for notifications
 _READ_CHECK = 0.1  # seconds between the LISTEN reader's checks of its own stop flag (each worker's stop waits on it)
 _MAX_BACKOFF = 30.0
+_TABLE_CHECK_SECONDS = 60.0  # between looks for watched tables dropped or re-created under the sidecar
 
 
 def run(
@@ -61,7 +63,11 @@ def run(
         workers = [_WorkerThread(settings, dsn, make_pipeline(), stop, roots, i, once) for i in range(settings.workers)]
         _threads.update(workers)
         watcher_problem: list[str | None] = [None]  # read by /health; only this loop calls watcher.check()
-        server = _health_server(settings, dsn, workers, lambda: watcher_problem[0])
+        table_problem: list[str | None] = [None]  # likewise, for watched tables gone (`_unread_tables`)
+        server = _health_server(
+            settings, dsn, workers, lambda: [p for p in (watcher_problem[0], table_problem[0]) if p]
+        )
+        next_table_check = 0.0
         for w in workers:
             w.start()
         while any(w.is_alive() for w in workers) and not stop.is_set() and not any(w.fatal for w in workers):
@@ -74,6 +80,15 @@ def run(
                     else:
                         log.info("folder watcher working again")
                 watcher_problem[0] = problem
+            if not once and time.monotonic() >= next_table_check:
+                next_table_check = time.monotonic() + _TABLE_CHECK_SECONDS
+                problem = _unread_tables(dsn, table_problem[0])
+                if problem != table_problem[0]:
+                    if problem:
+                        log.error("%s", problem)
+                    else:
+                        log.info("every watched table feeds the queue again")
+                table_problem[0] = problem
             stop.wait(0.2)
         stop.set()
         _shutdown(workers, dsn, settings.shutdown_grace_seconds)
@@ -97,6 +112,16 @@ def run(
     log.info("sidecar stopped")
 
 
+def _unread_tables(dsn: str, previous: str | None) -> str | None:
+    """`tables.unread_problem`, or what was known before when the database cannot say now (an outage has its own
+    line). A table dropped under a running sidecar left its documents searchable and its new rows unread, unsaid."""
+    try:
+        with connect(dsn, autocommit=True, connect_timeout=3) as conn:
+            return tables.unread_problem(conn)
+    except (psycopg.Error, TransientError):  # TransientError: `connect`'s "cannot connect"
+        return previous
+
+
 # Every worker thread this process started (weakly: tests start many sidecars in one process).
 _threads: weakref.WeakSet[_WorkerThread] = weakref.WeakSet()
 
@@ -106,9 +131,7 @@ def busy() -> bool:
     return any(t.is_alive() and t.worker is not None and t.worker.held for t in list(_threads))
 
 
-def _health_server(
-    settings: Settings, dsn: str, workers: list[_WorkerThread], watcher_problem: Callable[[], str | None]
-):
+def _health_server(settings: Settings, dsn: str, workers: list[_WorkerThread], loop_problems: Callable[[], list[str]]):
     """/health, /metrics and /search on `CONNECTOR_HTTP_PORT`; searches use the workers' embedder (one model, loaded
     once: every pipeline of `make_pipeline` shares it)."""
     if settings.http_port is None:
@@ -119,8 +142,7 @@ def _health_server(
     def problems() -> list[str]:
         found = [f"worker thread {w.name} is not running" for w in workers if not w.is_alive()]
         found += list(dict.fromkeys(w.problem for w in workers if w.problem is not None))
-        if (problem := watcher_problem()) is not None:
-            found.append(problem)
+        found += loop_problems()  # the folder watcher's, watched tables gone
         return found
 
     health = Health(dsn, lambda: sum(w.is_alive() for w in workers), len(workers), problems)

@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 
 from connector.db.database import migrate
 from connector.sources import table as tables
-from tests.conftest import FIXTURES, child_env, connector_cmd
+from tests.conftest import FIXTURES, child_env, connector_cmd, output_of, wait_for
 
 
 def _docs(conn: psycopg.Connection) -> list[tuple]:
@@ -138,9 +138,9 @@ def _faq_answers() -> list[tuple[str, str]]:
     return [(p.split("\n", 1)[0], p.split("\n", 1)[1].strip()) for p in parts]
 
 
-def _run_once(dsn: str, tmp_path: Path) -> None:
+def _connector(dsn: str, tmp_path: Path, *args: str) -> str:
     proc = subprocess.run(
-        connector_cmd("run", "--once", "--no-watch", "--embedder", "fake"),
+        connector_cmd(*args),
         cwd=tmp_path,
         env={**child_env(tmp_path), "CONNECTOR_DSN": dsn},
         capture_output=True,
@@ -148,6 +148,11 @@ def _run_once(dsn: str, tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def _run_once(dsn: str, tmp_path: Path) -> None:
+    _connector(dsn, tmp_path, "run", "--once", "--no-watch", "--embedder", "fake")
 
 
 def test_watched_columns_renamed_are_followed_and_a_deleted_rows_chunks_go(migrated_dsn: str, tmp_path: Path) -> None:
@@ -195,3 +200,41 @@ def test_watched_columns_renamed_are_followed_and_a_deleted_rows_chunks_go(migra
             "(SELECT 1 FROM connector.documents d WHERE d.id = c.document_id)"
         ).fetchone()[0]
         assert orphans == 0
+
+
+def test_a_watched_table_dropped_and_re_created_is_said_and_its_documents_can_go(
+    migrated_dsn: str, tmp_path: Path, start_process
+) -> None:
+    """Dropped (and re-created) under a running sidecar, a watched table lost its trigger: its documents stayed
+    searchable and the new table's rows were never read, and nothing (log, /health, status) said so."""
+    faq = _faq_answers()
+    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE faq (id text PRIMARY KEY, body text)")
+        for i, (_, answer) in enumerate(faq[:3]):
+            conn.execute("INSERT INTO faq VALUES (%s, %s)", (f"q{i}", answer))
+    _connector(migrated_dsn, tmp_path, "watch-table", "public.faq", "--id", "id", "--text", "body")
+    _run_once(migrated_dsn, tmp_path)
+    assert "dropped or re-created" not in _connector(migrated_dsn, tmp_path, "status")
+
+    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE faq")
+        conn.execute("CREATE TABLE faq (id text PRIMARY KEY, body text)")
+        conn.execute("INSERT INTO faq VALUES ('q7', %s)", (faq[7][1],))
+    said = " ".join(_connector(migrated_dsn, tmp_path, "status").split())
+    assert "public.faq dropped or re-created" in said and "watch-table" in said, said
+    sidecar = start_process("run", "--no-watch", "--embedder", "fake", CONNECTOR_DSN=migrated_dsn)
+    wait_for(lambda: "public.faq dropped or re-created" in output_of(sidecar) or sidecar.poll() is not None,
+             timeout=120, what="the sidecar's line about the table")  # fmt: skip
+    assert "ERROR" in output_of(sidecar) and sidecar.poll() is None, output_of(sidecar)
+
+    rewatched = _connector(migrated_dsn, tmp_path, "watch-table", "public.faq", "--id", "id", "--text", "body")
+    assert "1 existing row(s) queued; 3 document(s) of rows no longer in it removed" in rewatched, rewatched
+    assert "dropped or re-created" not in _connector(migrated_dsn, tmp_path, "status")
+    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+        keys = [k for (k,) in conn.execute("SELECT source_key FROM connector.documents")]
+        assert keys == ["public.faq:q7"]
+        conn.execute("DROP TABLE faq")  # for good this time: its documents go with unwatch-table --purge
+    assert "document(s) removed" in _connector(migrated_dsn, tmp_path, "unwatch-table", "public.faq", "--purge")
+    with psycopg.connect(migrated_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM connector.documents").fetchone() == (0,)
+    assert "dropped or re-created" not in _connector(migrated_dsn, tmp_path, "status")

@@ -520,6 +520,25 @@ ON CONFLICT (table_name) DO UPDATE SET id_column = EXCLUDED.id_column, text_colu
 
 UNREGISTER_WATCH = "DELETE FROM connector.watched_tables WHERE table_name = %s"
 
+# Watched tables that no longer feed the queue: dropped (and maybe re-created, without the trigger), or the trigger
+# dropped with a column (`DROP COLUMN … CASCADE`). Their documents stay; their rows are read no more.
+UNREAD_WATCHED_TABLES = """
+SELECT w.table_name FROM connector.watched_tables w
+WHERE NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = w.relid AND t.tgname = %s)
+ORDER BY w.table_name
+"""
+
+# Documents of the table whose rows are gone (it was dropped and re-created, or rows deleted while it was
+# unwatched): watching it again removes them, as the trigger would have.
+PRUNE_TABLE_DOCUMENTS = sql.SQL(
+    """
+DELETE FROM connector.documents AS d
+WHERE d.source = 'table' AND left(d.source_key, length(%(prefix)s) + 1) = %(prefix)s || ':'
+  AND NOT EXISTS (SELECT 1 FROM {table} AS t
+                  WHERE connector.watch_key(%(prefix)s, to_jsonb(t) ->> %(id)s) = d.source_key)
+"""
+)
+
 # Rows already in a newly watched table are queued like inserts: the same upsert as connector.watch_row().
 BACKFILL_TABLE = sql.SQL(
     """

@@ -44,6 +44,7 @@ class Watched:
     table: str  # schema-qualified, quoted where needed, as Postgres prints it
     queued: int
     skipped: int = 0  # rows with a NULL id: not queued until they get one
+    pruned: int = 0  # documents of rows no longer in the table (dropped and re-created since): removed
 
 
 def _resolve(conn: psycopg.Connection, table: str) -> ResolvedTable:
@@ -113,19 +114,48 @@ def watch(
             },
         ).rowcount
         skipped = conn.execute(queries.COUNT_NULL_IDS.format(table=target), {"id": id_column}).fetchone()[0]
-    return Watched(qualified, queued, skipped)
+        pruned = conn.execute(
+            queries.PRUNE_TABLE_DOCUMENTS.format(table=target), {"prefix": qualified, "id": id_column}
+        ).rowcount
+    return Watched(qualified, queued, skipped, pruned)
 
 
 def unwatch(conn: psycopg.Connection, table: str, purge: bool = False) -> tuple[str, int]:
-    """Remove the triggers (and, with `purge`, the table's documents); returns (table, documents removed)."""
+    """Remove the triggers (and, with `purge`, the table's documents); returns (table, documents removed). A watched
+    table dropped since has no trigger left: its registration (and, with `purge`, its documents) still go."""
     with conn.transaction():
-        found = _resolve(conn, table)
-        _drop_triggers(conn, sql.Identifier(found.schema, found.name))
-        conn.execute(queries.UNREGISTER_WATCH, (found.qualified,))
+        try:
+            found = _resolve(conn, table)
+        except WatchError:
+            if table not in unread(conn):
+                raise
+            qualified = table
+        else:
+            _drop_triggers(conn, sql.Identifier(found.schema, found.name))
+            qualified = found.qualified
+        conn.execute(queries.UNREGISTER_WATCH, (qualified,))
         removed = 0
         if purge:
-            removed = conn.execute(queries.PURGE_TABLE_DOCUMENTS, {"prefix": found.qualified}).rowcount
-    return found.qualified, removed
+            removed = conn.execute(queries.PURGE_TABLE_DOCUMENTS, {"prefix": qualified}).rowcount
+    return qualified, removed
+
+
+def unread(conn: psycopg.Connection) -> list[str]:
+    """The watched tables whose rows no longer reach the queue: dropped (re-created or not) since `watch-table`, or
+    their trigger dropped with a column. Their documents stay searchable, and nothing said so."""
+    return [r[0] for r in conn.execute(queries.UNREAD_WATCHED_TABLES, (ROW_TRIGGER,))]
+
+
+def unread_problem(conn: psycopg.Connection) -> str | None:
+    """`unread` in words, with what to run: for /health, `connector status` and the sidecar's log."""
+    names = unread(conn)
+    if not names:
+        return None
+    return (
+        f"watched table(s) {', '.join(names)} dropped or re-created since `connector watch-table` (or the trigger "
+        "dropped with a column): their new rows are not read and their documents stay searchable; run "
+        "`connector watch-table` on a re-created table again, or `connector unwatch-table TABLE --purge`"
+    )
 
 
 def _drop_triggers(conn: psycopg.Connection, target: sql.Composable) -> None:
