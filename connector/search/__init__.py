@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import psycopg
 
 from connector.db import embeddings
@@ -108,6 +109,10 @@ def search_vector(
     """`search` with the question already embedded (a server embeds before it takes a connection from its pool).
     With `model` (the one that embedded it), None when that is no longer the database's active model."""
     check_request(question, filter)
+    if not np.any(vector) or not np.all(np.isfinite(vector)):
+        # No direction to rank by (the `fake` model's vector of a question with no word in it, `!!!`): every cosine
+        # would be NaN, a 500 at /search. Nor has such a question a term for the text arm: nothing is found.
+        return []
     store = Store(conn)
     with conn.transaction():
         if model is not None:
