@@ -346,9 +346,12 @@ def test_a_text_too_long_for_word_vectors_is_embedded_per_text(models_dir, monke
     assert encoder.spans(text) is None
     cache = VectorCache(encoder, text)
     spans = sentence_spans(text)
+    monkeypatch.setattr(vectors_module, "SPAN_BATCH", 7)  # several batches
     cache.prepare_spans(spans)
-    assert cache.span_texts(spans) == [text[a:b] for a, b in spans], "the texts, to embed in one batch"
+    assert set(cache._span_rows) == set(spans), "kept by span"
+    assert all(isinstance(key, bytes) for key in cache._rows), "no text kept, a digest of it"
     assert np.allclose(cache.spans(spans), encoder.embed([text[a:b] for a, b in spans]), atol=1e-6)
+    assert np.allclose(cache.spans(spans[:1] + spans[:1]), encoder.embed([text[slice(*spans[0])]] * 2), atol=1e-6)
 
 
 def test_candidates_with_the_same_chunks_are_scored_once_and_alike(tmp_path) -> None:

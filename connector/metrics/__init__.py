@@ -111,7 +111,7 @@ class DocumentMetrics:
                     texts += retrievability_texts(self.document.markdown, candidate.chunks, self.probes)
         with self.timer("metric:embed"):
             self.vectors.prepare_spans(every_span)
-            self.vectors.prepare(self.vectors.span_texts(every_span) + texts)
+            self.vectors.prepare(texts)
 
     def _sizes(self, candidate: Candidate) -> list[int]:
         """SC's token counts: the strategy's own chunks (before the guards repaired them) by default, as the paper's

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
+import hashlib
 import io
 import itertools
 import logging
@@ -43,6 +44,7 @@ SPAN_MAX_WORDS = 100_000  # longer texts: vectors per chunk and sentence text, a
 BATCH_CHARS = 1_000_000
 LONG_TEXT_CHARS = 20_000
 BLOCK_WORDS = 20_000
+SPAN_BATCH = 4096  # spans embedded per call when a document is embedded per text (see `VectorCache.prepare_spans`)
 LONG_WORD_CHARS = 1_000  # a run without whitespace is cut about this often, where its tokens stay the same
 # Where BERT's basic tokenizer starts a word of its own: a punctuation mark (its `_is_punctuation`: ASCII's, and
 # Unicode category P) or a CJK ideograph (its `_is_chinese_char` ranges). Only marks that the tokenizer's own,
@@ -416,41 +418,52 @@ class VectorCache:
     def __init__(self, encoder: MetricEncoder, document: str = ""):
         self._encoder = encoder
         self._document = document
-        self._rows: dict[str, np.ndarray] = {}
+        # Each distinct text's vector, by a digest of the text: the texts themselves (every candidate's chunks and
+        # sentences, when the document is embedded per text) were a copy of the document per candidate.
+        self._rows: dict[bytes, np.ndarray] = {}
+        self._span_rows: dict[tuple[int, int], np.ndarray] = {}  # embedded per text: each span's vector
         self._span_vectors: SpanVectors | None = None
         # A static model reads the document once; the too-long document and other encoders embed each span's text.
         self._by_span = hasattr(encoder, "spans")
 
-    def span_texts(self, spans: list[tuple[int, int]]) -> list[str]:
-        """The texts `spans` will embed (for one batch up front); none when the encoder reads the document once."""
-        if self._by_span:
-            return []
-        return [self._document[a:b] for a, b in spans]
-
     def prepare_spans(self, spans: list[tuple[int, int]] = ()) -> None:
-        """Read the document once, ready for these spans (others cost a little more)."""
+        """Read the document once, ready for these spans (others cost a little more); or, per text, embed the
+        spans' texts SPAN_BATCH at a time, keeping their vectors by span: each candidate's chunks and sentences as
+        texts of their own took a copy of the document per candidate, kept to the end."""
         if self._span_vectors is None and self._by_span:
             self._span_vectors = self._encoder.spans(self._document)
             if self._span_vectors is None:  # too long to hold a vector per word: per text, as other encoders
                 self._by_span = False
             else:
                 self._span_vectors.prepare(list(spans))
+        if not self._by_span:
+            missing = [span for span in dict.fromkeys(map(tuple, spans)) if span not in self._span_rows]
+            for k in range(0, len(missing), SPAN_BATCH):
+                batch = missing[k : k + SPAN_BATCH]
+                texts = [self._document[a:b] for a, b in batch]
+                self.prepare(texts)
+                self._span_rows.update(zip(batch, map(self._rows.__getitem__, map(_digest, texts)), strict=True))
 
     def spans(self, spans: list[tuple[int, int]]) -> np.ndarray:
         self.prepare_spans()
         if not self._by_span:
-            return self([self._document[a:b] for a, b in spans])
+            self.prepare_spans(spans)
+            return np.stack([self._span_rows[tuple(span)] for span in spans])
         return self._span_vectors(spans)
 
     def prepare(self, texts: list[str]) -> None:
-        missing = list(dict.fromkeys(t for t in texts if t not in self._rows))
+        missing = {key: t for t in texts if (key := _digest(t)) not in self._rows}
         if missing:
-            for text, row in zip(missing, self._encoder.embed(missing), strict=True):
-                self._rows[text] = row
+            for key, row in zip(missing, self._encoder.embed(list(missing.values())), strict=True):
+                self._rows[key] = row
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         self.prepare(texts)
-        return np.stack([self._rows[t] for t in texts])
+        return np.stack([self._rows[_digest(t)] for t in texts])
 
     def __len__(self) -> int:
         return len(self._rows)
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
