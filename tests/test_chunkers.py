@@ -398,3 +398,19 @@ def test_overlapping_chunks_split_by_the_oversize_guard_stay_in_order(strategy: 
     doc = convert(text.encode(), "text/plain", cfg)
     (candidate,) = candidates.generate(doc, build(cfg), cfg, parallel=False)
     assert_contract(doc.markdown, candidate.chunks, overlapping=candidate.params.get("overlapping", False))
+
+
+def test_token_window_edges_are_tiktokens_own_offsets_on_non_ascii_real_text() -> None:
+    """`char_offsets` (edges only) gives what `decode_with_offsets` gives for every token, where a token starts
+    inside a character too (CJK licence text: tokens that split a character)."""
+    from connector import tokens
+    from connector.chunkers.window import char_offsets
+
+    enc = tokens.encoding("cl100k_base")
+    text = (FIXTURES / "real" / "arphic-ARPHICPL-gb.txt").read_text(encoding="gb18030", errors="replace") + (
+        FIXTURES / "real" / "jed-changelog-excerpt.txt"
+    ).read_text(errors="replace")
+    ids = enc.encode_ordinary(text)
+    _, want = enc.decode_with_offsets(ids)
+    assert any(enc.decode_single_token_bytes(i)[0] in range(0x80, 0xC0) for i in ids), "a token inside a character"
+    assert char_offsets(enc, ids, list(range(len(ids)))) == dict(enumerate(want))
