@@ -179,7 +179,9 @@ def test_lists_whose_items_hold_sections_are_structure_not_lists() -> None:
         *[("Class String", "Method Details", f"method{i}") for i in range(3)],
     ]  # fmt: skip
     assert "\n### method2\n\npublic int method2()\n\nReturns the value number 2.\n" in d.markdown
-    assert [b.kind for b in d.blocks].count("list") == 1 and "- An ordinary list\n- stays a list\n" in d.markdown
+    lists = [d.markdown[b.start : b.end].split("\n", 1)[0] for b in d.blocks if b.kind == "list"]
+    assert lists == ["Returns:"] * 3 + ["- An ordinary list"], "the ordinary list, and each `<dl>` entry"
+    assert "- An ordinary list\n- stays a list\n" in d.markdown
 
 
 def test_section_paths_hold_a_headings_text_not_its_markdown() -> None:

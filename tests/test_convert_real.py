@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connector.convert import convert, mime_for_path, pdf_layout, sniff
+from connector.convert import convert, markdown, mime_for_path, pdf_layout, sniff
 from connector.db.database import connect
 from connector.db.store import Store
 from connector.errors import ConversionError
@@ -729,7 +729,8 @@ def test_a_definitions_later_paragraphs_lists_and_code_are_not_indented_code() -
     examples were indented four spaces under the `:` marker, which CommonMark reads as code blocks: "New in version
     3.5." was code, and each example's fenced code sat inside one, fences and all."""
     d = doc("python-operator.html")
-    kinds = {d.markdown[b.start : b.end].strip(): b.kind for b in d.blocks}
+    # As CommonMark reads the text (the document's blocks join each definition into one entry: see below).
+    kinds = {d.markdown[b.start : b.end].strip(): b.kind for b in markdown.blocks(d.markdown)}
     assert kinds["New in version 3.5."] == "paragraph"
     listed = [t for t, k in kinds.items() if t.startswith("- After `f = attrgetter('name')`")]
     assert listed and kinds[listed[0]] == "list"
@@ -805,3 +806,71 @@ def test_a_code_paragraph_that_opens_with_a_root_prompt_is_no_heading() -> None:
     assert not [h for h in headings(d) if h.startswith(("apt-get", "dpkg", "make"))]
     assert headings(d)[-1] == "3. Installation"
     assert "\\# apt-get install live-build" in d.markdown and "\\# make install" in d.markdown
+
+
+# --- definition lists: a man page's options, a Sphinx page's keys --------------------------------------------------
+
+
+def unit_at(d: Document, text: str) -> tuple[int, int]:
+    """The (start, end) of the unit holding the first occurrence of `text`."""
+    at = d.markdown.index(text)
+    return next((u.start, u.end) for u in d.units if u.start <= at < u.end)
+
+
+def test_each_option_of_a_man_page_is_one_unit_with_all_its_paragraphs() -> None:
+    """rsync(1) writes an option as `.IP "--verbose, -v"`, then `.IP` paragraphs and `.RS` examples under it. The
+    Markdown keeps no indentation, so its blocks were paragraphs, and the short ones were grouped across options
+    (`--partial`'s paragraph with `--partial-dir`'s first): Block Integrity charged a cut between two options, and
+    none inside one. Each option is now one unit, from its tag to the next."""
+    d = doc("rsync-options-excerpt.1")
+    assert_tiles(d)
+    tags = ["--help\n", "--version, -V\n", "--verbose, -v\n", "--info=FLAGS\n", "--debug=FLAGS\n",
+            "--stderr=errors|all|client\n", "--quiet, -q\n", "--no-motd\n", "--ignore-times, -I\n", "--size-only\n",
+            "--modify-window=NUM, -@\n", "--checksum, -c\n"]  # fmt: skip
+    starts = [d.markdown.index(t) for t in tags]
+    assert [u.start for u in d.units if u.start >= starts[0]] == starts, "a unit starts at every option, only there"
+    assert all(u.kind == "list" for u in d.units if u.start >= starts[0])
+    verbose = unit_at(d, "--verbose, -v\n")
+    assert unit_at(d, 'However, do keep in mind that a daemon\'s "max verbosity"') == verbose, "its 4th paragraph"
+    assert unit_at(d, "rsync -avv --info=stats2,misc1,flist0") == unit_at(d, "--info=FLAGS\n"), "its example"
+    assert unit_at(d, "This option was added to 3.1.0") == unit_at(d, "--info=FLAGS\n")
+    assert unit_at(d, "- client - causes all rsync messages") == unit_at(d, "--stderr=errors"), "its nested list"
+    assert unit_at(d, "--quiet, -q\n") != unit_at(d, "--no-motd\n"), "two short options are two units"
+    assert unit_at(d, "## OPTIONS") != unit_at(d, "--help\n"), "the section's own paragraphs are not an option's"
+
+
+def test_an_mdoc_tag_list_gives_an_entry_per_item_and_one_for_tags_sharing_a_description() -> None:
+    """ssh(1)'s `.Bl -tag` / `.It Fl L Xo`: four `-L` forms share one description, which is one unit with them."""
+    d = doc("ssh.1.gz")
+    assert_tiles(d)
+    assert unit_at(d, "-K\nEnables GSSAPI") != unit_at(d, "-k\nDisables forwarding")
+    forward = unit_at(d, "-L [bind_address:]port:host:hostport\n")
+    assert unit_at(d, "-L local_socket:remote_socket\nSpecifies that connections") == forward
+    assert unit_at(d, "-l login_name\n") != forward
+
+
+def test_each_entry_of_an_html_definition_list_is_one_unit() -> None:
+    """Sphinx writes each API object (each configuration key, on Flask's page) as a `<dl>` whose `<dd>` holds several
+    paragraphs and fields; the definition's paragraphs are one unit with its term, each object its own."""
+    d = doc("sphinx-jinja2-sandbox.html")
+    assert_tiles(d)
+    unsafe = unit_at(d, "jinja2.sandbox.unsafe(*f*)\n")
+    assert unit_at(d, "Marks a function or method as unsafe.") == unsafe
+    internal = unit_at(d, "jinja2.sandbox.is_internal_attribute(*obj*, *attr*)\n")
+    assert internal != unsafe and internal[0] == d.markdown.index("jinja2.sandbox.is_internal_attribute(")
+    assert unit_at(d, "jinja2.sandbox.modifies_known_mutable(") != internal
+    assert "\ue000" not in d.markdown and "\ue001" not in d.markdown, "the entry marks are taken out"
+
+
+def test_a_definition_list_with_a_table_too_large_keeps_its_entries_in_place() -> None:
+    """Python's operator page: entries (`<dl class="py function">`) before and after its table of operators. Split
+    by rows, the table grows; the entries after it move with it."""
+    whole, split = doc("python-operator.html"), doc("python-operator.html", table_max_tokens=200)
+    assert len(split.markdown) > len(whole.markdown), "the table was split"
+    assert_tiles(split)
+
+    def entries(d: Document) -> list[str]:
+        return [d.markdown[u.start : u.end].split("\n", 1)[0] for u in d.units if u.kind == "list"]
+
+    assert len(entries(whole)) > 40 and entries(split) == entries(whole), "every entry starts at its term"
+    assert "operator.iadd(*a*, *b*)" in entries(split)

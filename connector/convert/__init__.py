@@ -232,9 +232,12 @@ def _from_html(source: str, settings: ChunkingSettings) -> Document:
     page = html.convert(source)
     if not visible(page.markdown):
         raise ConversionError("HTML page has no visible text")
-    converted = markdown.split_large_tables(page.markdown, settings.table_max_tokens, settings.encoding)
+    converted, entries = markdown.split_large_tables_moving(
+        page.markdown, settings.table_max_tokens, settings.encoding, page.entries
+    )
     blocks = markdown.blocks(converted)
-    return Document(converted, blocks, title=page.title or markdown.first_title(converted, blocks))
+    title = page.title or markdown.first_title(converted, blocks)
+    return Document(converted, structure.join_entries(blocks, entries), title=title)
 
 
 def _from_csv(source: str, settings: ChunkingSettings, named: bool) -> Document:
@@ -265,9 +268,12 @@ def _from_rst(source: str, settings: ChunkingSettings) -> Document:
         return _from_text(source, None)
     if not visible(page.markdown):
         return _from_text(source, None)
-    converted = markdown.split_large_tables(page.markdown, settings.table_max_tokens, settings.encoding)
+    converted, entries = markdown.split_large_tables_moving(
+        page.markdown, settings.table_max_tokens, settings.encoding, page.entries
+    )
     blocks = markdown.blocks(converted)
-    return Document(converted, blocks, title=page.title or markdown.first_title(converted, blocks))
+    title = page.title or markdown.first_title(converted, blocks)
+    return Document(converted, structure.join_entries(blocks, entries), title=title)
 
 
 def _from_roff(source: str) -> Document:
@@ -275,7 +281,8 @@ def _from_roff(source: str) -> Document:
     if not visible(page.markdown):
         raise ConversionError("man page shows no text (only roff requests and comments)")
     blocks = markdown.blocks(page.markdown)
-    return Document(page.markdown, blocks, title=page.title or markdown.first_title(page.markdown, blocks))
+    title = page.title or markdown.first_title(page.markdown, blocks)
+    return Document(page.markdown, structure.join_entries(blocks, page.entries), title=title)
 
 
 def _malformed(kind: str, read: Callable[[], notebook.Page | mail.Page]) -> notebook.Page | mail.Page:

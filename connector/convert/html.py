@@ -78,6 +78,9 @@ _PERMALINK_TEXT = frozenset({"¶", "#", "🔗", "⚓", "◆"})  # not "§": "see
 class Page:
     markdown: str
     title: str | None
+    # (start, end) in `markdown` of each entry of a definition list (`<dt>` and its `<dd>`, up to the next `<dt>` or
+    # the list's end): a Sphinx configuration key, a glossary term. Nested lists belong to the entry they sit in.
+    entries: tuple[tuple[int, int], ...] = ()
 
 
 def to_markdown(html: str) -> str:
@@ -106,9 +109,41 @@ def _convert(html: str, drop_chrome: bool) -> Page:
     _unwrap_layout_lists(body)
     html_tables.prepare(soup, body)
     _limit_depth(soup, body)
-    text = _Converter(heading_style="ATX", bullets="-", escape_misc=False).convert_soup(body)
+    # Where each entry of a definition list starts and each list ends, marked in the text as it is written (its
+    # offsets are known only once markdownify and the clean-up below are done), then taken out. Not on a page
+    # that holds the marks itself.
+    marked = not any(_ENTRY in s or _LIST_END in s for s in body.find_all(string=True))
+    text = _Converter(heading_style="ATX", bullets="-", escape_misc=False, mark_entries=marked).convert_soup(body)
     # No-break spaces become plain ones: people search with spaces (and embedders see them differently).
-    return Page(_BLANK_RUNS.sub("\n\n", text.replace("\xa0", " ")).strip() + "\n", title)
+    text = _BLANK_RUNS.sub("\n\n", text.replace("\xa0", " ")).strip() + "\n"
+    if not marked:
+        return Page(text, title)
+    text, entries = _entries(text)
+    return Page(text, title, entries)
+
+
+_ENTRY, _LIST_END = "\ue000", "\ue001"  # private-use characters: no font draws them, no page searches for them
+
+
+def _entries(text: str) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """`text` without the marks, and the spans of its entries: each from its mark to the next mark of either kind."""
+    parts = re.split(f"([{_ENTRY}{_LIST_END}])", text)
+    out: list[str] = []
+    marks: list[tuple[int, str]] = []
+    pos = 0
+    for i, part in enumerate(parts):
+        if i % 2:
+            marks.append((pos, part))
+        else:
+            out.append(part)
+            pos += len(part)
+    spans = tuple(
+        (at, marks[j + 1][0] if j + 1 < len(marks) else pos) for j, (at, mark) in enumerate(marks) if mark == _ENTRY
+    )
+    # A mark stripped with the whitespace before it leaves an entry starting at a line's end: it starts on the next.
+    text = "".join(out)
+    spans = tuple((a + (len(text[a:b]) - len(text[a:b].lstrip())), b) for a, b in spans)
+    return text, tuple((a, b) for a, b in spans if a < b)
 
 
 # What comes before the markup: the HTTP header that a CGI program such as man2html writes before its page (saved
@@ -154,6 +189,22 @@ _INTRAWORD_ESCAPE = re.compile(r"(?<=[^\W_])\\_(?=[^\W_])")
 
 class _Converter(MarkdownConverter):
     """markdownify, with text that stays searchable and tables and code blocks that stay whole."""
+
+    def convert_dt(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        out = super().convert_dt(el, text, parent_tags)
+        if not self.options.get("mark_entries") or "_inline" in parent_tags or "dd" in parent_tags or not out.strip():
+            return out
+        previous = el.find_previous_sibling()
+        if previous is not None and previous.name == "dt":
+            return out  # a second term (`-N file`, then `--location=file`) of the same definition
+        return out.replace(out.lstrip("\n"), _ENTRY + out.lstrip("\n"), 1)  # before the term, after the blank line
+
+    def convert_dl(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        out = super().convert_dl(el, text, parent_tags)
+        if not self.options.get("mark_entries") or "_inline" in parent_tags or "dd" in parent_tags or not out.strip():
+            return out
+        body = out.rstrip("\n")
+        return body + _LIST_END + out[len(body) :]
 
     def escape(self, text: str, parent_tags: set[str]) -> str:
         # markdownify escapes every underscore; one between two letters or digits cannot start or end emphasis

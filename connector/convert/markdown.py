@@ -108,16 +108,23 @@ _HTML_TAG = re.compile(
 
 
 def split_large_tables(text: str, max_tokens: int, encoding: str) -> str:
+    return split_large_tables_moving(text, max_tokens, encoding, ())[0]
+
+
+def split_large_tables_moving(
+    text: str, max_tokens: int, encoding: str, spans: tuple[tuple[int, int], ...]
+) -> tuple[str, tuple[tuple[int, int], ...]]:
     """Split every pipe table over `max_tokens` tokens by rows into parts that each repeat the header row, its
     delimiter row and the table's caption (the caption paragraph just before it or, as in most papers, just after
     it, if any), so that every part still
     says what its columns mean. For generated Markdown only (PDF, HTML): a user's own Markdown is never rewritten."""
     from connector import tokens
 
-    spans = blocks(text)
+    found = blocks(text)
     out: list[str] = []
+    moves: list[tuple[int, int]] = []  # (end of a rewritten table's text, how far what follows it moved)
     pos = 0
-    for i, block in enumerate(spans):
+    for i, block in enumerate(found):
         if block.kind != "table":
             continue
         table = text[block.start : block.end].rstrip("\n")
@@ -125,7 +132,7 @@ def split_large_tables(text: str, max_tokens: int, encoding: str) -> str:
             continue
         lines = table.split("\n")
         header, rows = lines[:2], [line for line in lines[2:] if line.strip()]
-        caption = _caption_of(text, spans, i)
+        caption = _caption_of(text, found, i)
         head_tokens = tokens.count("\n".join(header), encoding) + tokens.count(caption, encoding)
         parts: list[list[str]] = [[]]
         used = head_tokens
@@ -138,10 +145,17 @@ def split_large_tables(text: str, max_tokens: int, encoding: str) -> str:
         rendered = ["\n".join([*header, *part]) for part in parts]
         repeated = [f"{caption}\n\n{r}" if caption else r for r in rendered[1:]]
         out.append(text[pos : block.start])
-        out.append("\n\n".join([rendered[0], *repeated]) + text[block.start + len(table) : block.end])
+        new = "\n\n".join([rendered[0], *repeated])
+        out.append(new + text[block.start + len(table) : block.end])
+        moves.append((block.start + len(table), (moves[-1][1] if moves else 0) + len(new) - len(table)))
         pos = block.end
     out.append(text[pos:])
-    return "".join(out)
+
+    def moved(offset: int) -> int:  # an offset inside a table (none falls there) stays; one after it moves with it
+        j = bisect.bisect_right(moves, (offset, float("inf"))) - 1
+        return offset + (moves[j][1] if j >= 0 else 0)
+
+    return "".join(out), tuple((moved(a), moved(b)) for a, b in spans)
 
 
 def _caption_of(text: str, spans: tuple[Block, ...], i: int) -> str:

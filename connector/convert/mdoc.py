@@ -76,10 +76,10 @@ class Mdoc:
             out.end_code()
             out.flush()
         elif name == "Bl":
-            out.flush()
+            out.indent(1)
             self.lists.append(next((a for a in args if a in ("-bullet", "-dash", "-hyphen", "-enum")), "-tag"))
         elif name == "El":
-            out.flush()
+            out.indent(-1)
             self.lists = self.lists[:-1]
         elif name == "It":
             out.flush()

@@ -61,6 +61,9 @@ _FONTS = {"B", "I", "SM", "R", "CW", "CR", "CB"}
 class Page:
     markdown: str
     title: str | None
+    # (start, end) in `markdown` of each entry of a tagged-paragraph list (`.TP`, `.IP tag`, mdoc's `.It` in a
+    # `.Bl -tag`): the tag and every paragraph, list and example indented under it, up to the next tag at its depth.
+    entries: tuple[tuple[int, int], ...] = ()
 
 
 def convert(source: str) -> Page:
@@ -80,6 +83,14 @@ class _Writer:
         self.tagged = False
         self.sections = 0
         self.name_line: str | None = None  # the first section's first paragraph: NAME's `ls - list ...`
+        # A tag opens an entry that holds what is indented under it: `.RS`/`.Bl` nest (`depth`), a tag at the
+        # entry's depth or shallower starts the next one, `.PP` there or a heading ends it. An option's third
+        # paragraph is still that option's, which the Markdown (no indentation, no definition lists) cannot say.
+        self.depth = 0
+        self.entry_depth: int | None = None  # None: no entry open
+        self.entries = 0
+        self.entry_of: list[int] = []  # per block: the entry it belongs to, 0 for none
+        self.bare = False  # the open entry has only had tags so far
 
     def text(self, line: str) -> None:
         """A line of output: in no-fill mode as it is; in fill mode joined to the paragraph's line, as roff fills
@@ -99,15 +110,36 @@ class _Writer:
     def tag(self) -> None:
         """The next line is a tag (`.TP`, `.IP x`): it stands alone; the body starts on the line after it."""
         self.flush()
+        # An entry that is still tags without a body takes this tag too: ssh's four `-L` forms, one description.
+        if self.entry_depth is None or (self.depth <= self.entry_depth and not self.bare):
+            self.entries += 1
+            self.entry_depth = self.depth
+            self.bare = True
         self.new_line = True
         self.tagged = True
+
+    def end_entry(self, depth: int) -> None:
+        """Close the open entry if it was opened at `depth` or deeper."""
+        if self.entry_depth is not None and self.entry_depth >= depth:
+            self.entry_depth = None
+
+    def indent(self, step: int) -> None:
+        """`.RS`/`.Bl` (+1), `.RE`/`.El` (-1): an entry opened inside what closes ends with it."""
+        self.flush()
+        self.depth = max(0, self.depth + step)
+        self.end_entry(self.depth + 1)
+
+    def add(self, block: str) -> None:
+        self.blocks.append(block)
+        self.entry_of.append(self.entries if self.entry_depth is not None else 0)
+        self.bare = self.bare and "\n" not in block  # a tag alone is one line; its body follows on the next
 
     def flush(self) -> None:
         if self.lines:
             if self.sections == 1 and self.name_line is None:
                 self.name_line = " ".join(" ".join(self.lines).split())
             lines = [escape_line(line, i > 0) for i, line in enumerate(self.lines)]
-            self.blocks.append(self.prefix + "\n".join(lines))
+            self.add(self.prefix + "\n".join(lines))
             self.lines, self.prefix = [], ""
         self.new_line = True
 
@@ -115,8 +147,10 @@ class _Writer:
         self.end_code()
         self.flush()
         title = " ".join(title.split())
+        self.depth = 0  # a heading resets the indentation and ends any list
+        self.end_entry(0)
         if title:
-            self.blocks.append("#" * level + " " + title.lstrip("#").strip())
+            self.add("#" * level + " " + title.lstrip("#").strip())
             self.sections += level == 2
 
     def start_code(self) -> None:
@@ -135,12 +169,22 @@ class _Writer:
         if lines:
             longest = max((len(m.group(0)) for line in lines if (m := re.match(r"\s*(`+)", line))), default=0)
             fence = "`" * max(3, longest + 1)
-            self.blocks.append("\n".join([fence, *lines, fence]))
+            self.add("\n".join([fence, *lines, fence]))
 
     def markdown(self) -> str:
         self.end_code()
         self.flush()
         return "\n\n".join(self.blocks) + "\n" if self.blocks else ""
+
+    def entry_spans(self) -> tuple[tuple[int, int], ...]:
+        """Where each entry lies in `markdown()`: its blocks, joined by the blank lines between them."""
+        spans: dict[int, tuple[int, int]] = {}
+        pos = 0
+        for block, entry in zip(self.blocks, self.entry_of, strict=True):
+            if entry:
+                spans[entry] = (spans.get(entry, (pos, pos))[0], pos + len(block))
+            pos += len(block) + 2
+        return tuple(spans.values())
 
 
 class _Reader:
@@ -176,7 +220,7 @@ class _Reader:
         name = self.out.name_line
         markdown = self.out.markdown()
         title = name if name and len(name) <= TITLE_MAX_CHARS else self.title
-        return Page(markdown, title or None)
+        return Page(markdown, title or None, self.out.entry_spans())
 
     def line(self, line: str) -> None:
         line = _COMMENT.sub(lambda m: m.group(1) or "", line)
@@ -235,11 +279,15 @@ class _Reader:
             else:
                 out.heading(level, "")  # ends the paragraph; the next line is the heading
                 self.pending_heading = level
-        elif name in ("PP", "LP", "P", "HP", "sp", "RS", "RE", "YS"):
+        elif name in ("RS", "RE"):
+            out.indent(1 if name == "RS" else -1)
+        elif name in ("PP", "LP", "P", "HP", "sp", "YS"):
             if out.code is not None and name == "sp":
                 out.text("")
             else:
                 out.flush()
+                if name not in ("sp", "YS"):
+                    out.end_entry(out.depth)  # back at the margin of the list: the entries end
         elif name == "TP":
             out.tag()
         elif name in ("TQ", "br"):
@@ -337,7 +385,7 @@ class _Reader:
         width = max(len(r) for r in rows)
         cells = [[c.replace("|", "\\|") for c in r] + [""] * (width - len(r)) for r in rows]
         lines = ["| " + " | ".join(r) + " |" for r in cells]
-        self.out.blocks.append("\n".join([lines[0], "|" + " --- |" * width, *lines[1:]]))
+        self.out.add("\n".join([lines[0], "|" + " --- |" * width, *lines[1:]]))
 
 
 def escape_line(line: str, continued: bool) -> str:

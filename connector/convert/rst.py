@@ -74,6 +74,7 @@ _PROBLEM = re.compile(r"^(?::[\w.:+-]+:)?`?\|?(.*?)\|?`?_{0,2}$", re.DOTALL)
 class Page:
     markdown: str
     title: str | None
+    entries: tuple[tuple[int, int], ...] = ()  # definition-list entries, as `html.Page.entries`
 
 
 class ReadError(Exception):
@@ -93,7 +94,7 @@ def convert(source: str) -> Page:
     except Exception as exc:  # nesting too deep for docutils, or its bugs on odd input: the text stays readable
         raise ReadError(f"{type(exc).__name__}: {exc}") from exc
     converted = html.convert(page)
-    return Page(converted.markdown, " ".join(title.split()) if title else None)
+    return Page(converted.markdown, " ".join(title.split()) if title else None, converted.entries)
 
 
 class _AnyOption(dict):

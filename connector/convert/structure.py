@@ -8,6 +8,7 @@ while the group stays short.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 from connector import tokens
@@ -27,6 +28,28 @@ def tile(text: str, spans: Sequence[tuple[int, int, str]]) -> list[tuple[int, in
         nxt = spans[i + 1][0] if i + 1 < len(spans) else len(text)
         out.append((0 if i == 0 else start, nxt, kind))
     return out
+
+
+def join_entries(blocks: Sequence[Block], entries: Sequence[tuple[int, int]]) -> tuple[Block, ...]:
+    """The blocks, with those that start inside one entry of a definition list (`entries`: ordered (start, end)
+    spans, e.g. a man page's `.TP` options) joined into one block of kind "list": an option's tag, its paragraphs
+    and its example are one unit to the metrics, and the boundary between two options is a place to cut."""
+    if not entries:
+        return tuple(blocks)
+    starts = [s for s, _ in entries]
+    out: list[Block] = []
+    current = None  # index of the entry the last block of `out` was joined from
+    for block in blocks:
+        i = bisect.bisect_right(starts, block.start) - 1
+        inside = i if i >= 0 and block.start < entries[i][1] else None
+        if inside is not None and inside == current:
+            first = out[-1]
+            out[-1] = Block(first.start, block.end, "list", first.section_path, first.page)
+            continue
+        out.append(Block(block.start, block.end, "list", block.section_path, block.page) if inside is not None
+                   else block)  # fmt: skip
+        current = inside
+    return tuple(out)
 
 
 def units(text: str, blocks: Sequence[Block], encoding: str) -> tuple[Block, ...]:
