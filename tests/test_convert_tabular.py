@@ -174,3 +174,48 @@ def test_tables_ingest_end_to_end(tmp_path: Path, migrated_dsn) -> None:
         stored = [c for c in embeddings.all_chunks(conn) if c.text in document.markdown]
     assert stored and any(c.table_head for c in stored)
     assert all(c.table_head == table_header(document, c.start_char) for c in stored)
+
+
+def _rezipped(data: bytes, part: str, edit) -> bytes:
+    """A copy of a real package with one of its parts edited."""
+    import zipfile
+
+    src = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name in src.namelist():
+            body = src.read(name)
+            kind = zipfile.ZIP_STORED if name == "mimetype" else zipfile.ZIP_DEFLATED
+            z.writestr(name, edit(body) if name == part else body, compress_type=kind)
+    return out.getvalue()
+
+
+def test_hostile_sheets_are_refused_before_their_size_is_spent(tmp_path: Path) -> None:
+    """Three ways past the cell count: a negative ODF repeat took cells off it (the next huge repeat was then
+    expanded whole), empty rows before a far cell were not counted (openpyxl yields each of them: a minute of CPU
+    for a 5 KB file), and a table's padding was not counted (one wide row over many short ones)."""
+    too_large = r"^spreadsheet too large: more than 500,000 cells"
+    ods = (REAL / "penguins-by-species.ods").read_bytes()
+    negative = _rezipped(
+        ods,
+        "content.xml",
+        lambda xml: xml.replace(b"<table:table-row>", b'<table:table-row table:number-rows-repeated="-100000000">', 1)
+        .replace(b"<text:p>Torgersen</text:p>", b"<text:p>Torgersen</text:p></table:table-cell>"
+                 b'<table:table-cell table:number-columns-repeated="20000000"><text:p>x</text:p>', 1),
+    )  # fmt: skip
+    with pytest.raises(ConversionError, match=too_large):
+        convert(negative, mime_for_path("penguins.ods"), SETTINGS)
+    deaths = (REAL / "readxl-deaths.xlsx").read_bytes()
+    far = b'<row r="200000000"><c r="A200000000" t="inlineStr"><is><t>x</t></is></c></row></sheetData>'
+    lying = _rezipped(deaths, "xl/worksheets/sheet1.xml", lambda xml: xml.replace(b"</sheetData>", far))
+    with pytest.raises(ConversionError, match=too_large):
+        convert(lying, mime_for_path("deaths.xlsx"), SETTINGS)
+    rows = list(csv.reader(io.StringIO(PENGUINS.decode())))
+    book = openpyxl.Workbook(write_only=True)
+    sheet = book.create_sheet("wide")
+    sheet.append(rows[0] + [f"extra_{i}" for i in range(2000)])  # 2,008 columns over 344 rows: 690,752 cells
+    for row in rows[1:]:
+        sheet.append(row[:1])
+    book.save(tmp_path / "wide.xlsx")
+    with pytest.raises(ConversionError, match=too_large):
+        convert((tmp_path / "wide.xlsx").read_bytes(), mime_for_path("wide.xlsx"), SETTINGS)
