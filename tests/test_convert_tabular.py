@@ -219,3 +219,20 @@ def test_hostile_sheets_are_refused_before_their_size_is_spent(tmp_path: Path) -
     book.save(tmp_path / "wide.xlsx")
     with pytest.raises(ConversionError, match=too_large):
         convert((tmp_path / "wide.xlsx").read_bytes(), mime_for_path("wide.xlsx"), SETTINGS)
+
+
+def test_a_wide_header_over_short_rows_does_not_multiply_the_table() -> None:
+    """penguins.csv with 1,000 more columns named in its header and its rows cut to their species: padded to the
+    header and split under it, each row was a part repeating the 1,000-column header (15 KB of CSV, megabytes of
+    Markdown). Mostly short rows under a wide one are the text they are; a table whose header fills half a part
+    is not split."""
+    rows = list(csv.reader(io.StringIO(PENGUINS.decode())))
+    header = rows[0] + [f"measure_{i}" for i in range(1000)]
+    ragged = "\n".join([",".join(header), *(r[0] for r in rows[1:])]) + "\n"
+    assert convert(ragged.encode(), "text/csv", SETTINGS).markdown == ragged
+    full = "\n".join(",".join(r + ["1"] * 1000) for r in rows[1:41])  # its first 40 rows, every cell filled
+    full = ",".join(header) + "\n" + full + "\n"
+    doc = convert(full.encode(), "text/csv", SETTINGS)
+    assert len(doc.markdown) < 2 * len(full)
+    assert [b.kind for b in doc.blocks] == ["table"] and doc.markdown.count("| species |") == 1
+    _tiles(doc)

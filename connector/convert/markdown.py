@@ -134,6 +134,10 @@ def split_large_tables_moving(
         header, rows = lines[:2], [line for line in lines[2:] if line.strip()]
         caption = _caption_of(text, found, i)
         head_tokens = tokens.count("\n".join(header), encoding) + tokens.count(caption, encoding)
+        if 2 * head_tokens > max_tokens:
+            # A header that fills half a part left room for a row or two: repeated over every one or two rows, it
+            # multiplied the table (a CSV with a 1,000-column header, by its number of rows). Left whole.
+            continue
         parts: list[list[str]] = [[]]
         used = head_tokens
         for row, n in zip(rows, tokens.count_many(rows, encoding), strict=True):

@@ -62,10 +62,17 @@ def markdown(source: str, found: csv.Dialect) -> str | None:
     """The whole file as one pipe table: its first row the header (the sniffer's `has_header` is a guess that fails
     on tables of text, and a table needs a header row whatever it holds); rows of any width kept, padded to the
     widest; a quoted newline inside a cell becomes a space. None where the reader fails further on than the sample
-    the dialect came from (a field over the `csv` module's 128 KB limit, an unclosed quote at the end)."""
+    the dialect came from (a field over the `csv` module's 128 KB limit, an unclosed quote at the end), or where
+    padding would more than double its cells (a wide row over many short ones)."""
     try:
         rows = list(csv.reader(io.StringIO(source), found))
     except csv.Error:
+        return None
+    width = max(map(len, rows), default=0)
+    if len(rows) * width > 2 * sum(map(len, rows)) + width:
+        # Mostly short rows under a wide one: padded, they grow as rows x columns (a 7 KB file of a 1,000-column
+        # header over 1,000 one-value rows was 14 MB of Markdown, 40 s and 2.6 GB), and left short, markdown-it
+        # ends the table past 65,536 missing cells. Not a table a reader would draw: read as the text it is.
         return None
     return pipe_table(rows) + "\n"
 
