@@ -191,3 +191,23 @@ def test_long_pdfs_are_extracted_in_parallel_with_the_same_result() -> None:
     assert len(pages) >= pdf.PARALLEL_MIN_PAGES
     extracted, said = pdf._extract(data, len(pages), False)
     assert extracted == pdf.extract_pages(data, 0, len(pages), False) and not any(said), said
+
+
+def test_a_table_inside_a_definition_list_entry_keeps_its_header_for_its_chunks() -> None:
+    """An entry's blocks are one `list` unit, but a table in it stays a table: joined into the entry, a 400-row
+    table was one 15 KB unit, never split by rows, and a chunk cut out of it was embedded without its column names
+    (`embed.table_header` reads `table` blocks only)."""
+    from connector.embed import table_header
+
+    rows = "".join(f"<tr><td>r{i}</td><td>value {i} with some words</td></tr>" for i in range(400))
+    page = (
+        "<html><body><h1>Options</h1><dl><dt>--format</dt><dd><p>The formats:</p>"
+        f"<table><tr><th>key</th><th>val</th></tr>{rows}</table><p>After the table.</p></dd>"
+        "<dt>--quiet</dt><dd><p>Say less.</p></dd></dl></body></html>"
+    )
+    doc = convert(page.encode(), "text/html", CHUNKING)
+    assert_tiles(doc)
+    kinds = [b.kind for b in doc.blocks]
+    assert kinds[:2] == ["heading", "list"] and kinds.count("table") > 1, kinds  # split by rows
+    assert kinds[-2:] == ["list", "list"], "after the table: the rest of the entry, then the next entry"
+    assert table_header(doc, doc.markdown.index("| r300 ")) == "| key | val |\n| --- | --- |\n"

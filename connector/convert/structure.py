@@ -33,13 +33,19 @@ def tile(text: str, spans: Sequence[tuple[int, int, str]]) -> list[tuple[int, in
 def join_entries(blocks: Sequence[Block], entries: Sequence[tuple[int, int]]) -> tuple[Block, ...]:
     """The blocks, with those that start inside one entry of a definition list (`entries`: ordered (start, end)
     spans, e.g. a man page's `.TP` options) joined into one block of kind "list": an option's tag, its paragraphs
-    and its example are one unit to the metrics, and the boundary between two options is a place to cut."""
+    and its example are one unit to the metrics, and the boundary between two options is a place to cut. A table
+    stays a block of its own: it is split by rows, and a chunk cut out of it is embedded under its header row (a
+    `list` block has none), and the entry's blocks after it are joined again."""
     if not entries:
         return tuple(blocks)
     starts = [s for s, _ in entries]
     out: list[Block] = []
     current = None  # index of the entry the last block of `out` was joined from
     for block in blocks:
+        if block.kind == "table":
+            out.append(block)
+            current = None
+            continue
         i = bisect.bisect_right(starts, block.start) - 1
         inside = i if i >= 0 and block.start < entries[i][1] else None
         if inside is not None and inside == current:

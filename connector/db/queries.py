@@ -524,7 +524,9 @@ UNREGISTER_WATCH = "DELETE FROM connector.watched_tables WHERE table_name = %s"
 # dropped with a column (`DROP COLUMN … CASCADE`). Their documents stay; their rows are read no more.
 UNREAD_WATCHED_TABLES = """
 SELECT w.table_name FROM connector.watched_tables w
-WHERE NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = w.relid AND t.tgname = %s)
+WHERE NOT EXISTS (SELECT 1 FROM pg_trigger t
+                  -- by name first: restored from a dump, the table has another oid (the stored one: renamed since)
+                  WHERE t.tgrelid = coalesce(to_regclass(w.table_name), w.relid) AND t.tgname = %s)
 ORDER BY w.table_name
 """
 

@@ -128,12 +128,14 @@ def upgrade() -> None:
                                                        || w.metadata_columns)), '{}'::jsonb);
 
         -- The column watched as `col`: by that name while the row has it, else by the number it had (a rename
-        -- keeps it). Only looked up when the name is gone: no cost to a table left alone.
+        -- keeps it). Only looked up when the name is gone: no cost to a table left alone. The table by its name
+        -- first: a dump restored elsewhere gives it another oid (the stored one serves a table renamed since).
         CREATE FUNCTION connector.watch_column(tbl text, col text, r jsonb) RETURNS text
         LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
         RETURN CASE WHEN r ? col THEN col ELSE (
             SELECT a.attname::text FROM connector.watched_tables w
-            JOIN pg_attribute a ON a.attrelid = w.relid AND a.attnum = (w.attnums ->> col)::smallint
+            JOIN pg_attribute a ON a.attrelid = coalesce(to_regclass(w.table_name), w.relid)
+                                AND a.attnum = (w.attnums ->> col)::smallint
                                 AND NOT a.attisdropped
             WHERE w.table_name = tbl) END;
         REVOKE EXECUTE ON FUNCTION connector.watch_column(text, text, jsonb) FROM PUBLIC;
