@@ -860,6 +860,13 @@ def test_each_entry_of_an_html_definition_list_is_one_unit() -> None:
     assert internal != unsafe and internal[0] == d.markdown.index("jinja2.sandbox.is_internal_attribute(")
     assert unit_at(d, "jinja2.sandbox.modifies_known_mutable(") != internal
     assert "\ue000" not in d.markdown and "\ue001" not in d.markdown, "the entry marks are taken out"
+    # A page holding the marks' characters itself (in a link's URL or title, written into the text) keeps them:
+    # they were taken out as marks.
+    page = (FIXTURES / "real" / "sphinx-jinja2-sandbox.html").read_text()
+    page = page.replace("<p>", '<p><a href="#x\ue001" title="t\ue000">t</a> ', 1)
+    own = convert(page.encode(), "text/html", CHUNKING)
+    assert_tiles(own)
+    assert '[t](#x\ue001 "t\ue000")' in own.markdown, own.markdown[:300]
 
 
 def test_a_definition_list_with_a_table_too_large_keeps_its_entries_in_place() -> None:

@@ -112,7 +112,9 @@ def _convert(html: str, drop_chrome: bool) -> Page:
     # Where each entry of a definition list starts and each list ends, marked in the text as it is written (its
     # offsets are known only once markdownify and the clean-up below are done), then taken out. Not on a page
     # that holds the marks itself.
-    marked = not any(_ENTRY in s or _LIST_END in s for s in body.find_all(string=True))
+    # (In an attribute too: a link's URL or title is written into the text.)
+    markup = str(body)
+    marked = _ENTRY not in markup and _LIST_END not in markup
     text = _Converter(heading_style="ATX", bullets="-", escape_misc=False, mark_entries=marked).convert_soup(body)
     # No-break spaces become plain ones: people search with spaces (and embedders see them differently).
     text = _BLANK_RUNS.sub("\n\n", text.replace("\xa0", " ")).strip() + "\n"
