@@ -329,6 +329,12 @@ class CpuPool:
                     "two documents: every one not running in another process", again)  # fmt: skip
         broken.shutdown(wait=False, cancel_futures=True)
 
+    @property
+    def closed(self) -> bool:
+        """Whether the sidecar is leaving (`close` or `terminate` called): what its processes ran was stopped, not
+        lost to a crash."""
+        return self._closed
+
     def close(self) -> None:
         """Stop the processes once the documents running in them are done (the sidecar is leaving); documents not
         yet started are cancelled."""

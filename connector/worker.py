@@ -238,6 +238,12 @@ class Worker:
         except (BrokenProcessPool, CancelledError) as exc:
             if self.pipeline.pool is None:  # the candidate pool of a long document: not a CPU pool's death
                 return self._failed(row, exc, started.source.content_hash)
+            if self.pipeline.pool.closed:
+                # The sidecar is leaving at once (a second SIGTERM, the grace spent): no crash and no suspect; the
+                # row goes back as it was (the sidecar has handed back what its workers held already, most often).
+                with contextlib.suppress(psycopg.Error):
+                    self.store.release(row)
+                return "retry"
             # Its pool process died (or the pool was stopped), maybe because of another document in flight: as if
             # this worker had died holding it, it is claimed again alone and the death counts as a try.
             error = "the CPU pool process running it (or another document) stopped: crash, kill or out of memory"

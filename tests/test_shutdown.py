@@ -104,6 +104,7 @@ def test_sigterm_keeps_the_grace_and_hands_the_document_back(
     status, claimed_by, lease = _row(dsn)
     assert (status, claimed_by, lease) == ("pending", None, None), "handed back to the queue, lease cleared"
     assert "returned to the queue" in out
+    assert "crash, kill or out of memory" not in out, "a pool stopped by the sidecar is no crash"
     wait_for(lambda: not any(_alive(p) for p in helpers), timeout=10, what="helper processes gone")
 
 
