@@ -127,9 +127,12 @@ def unwatch(conn: psycopg.Connection, table: str, purge: bool = False) -> tuple[
         try:
             found = _resolve(conn, table)
         except WatchError:
-            if table not in unread(conn):
+            # Gone, so no search path finds it: named as registered (`public.faq`), or by its own name alone where
+            # one registered table has it.
+            gone = [name for name in unread(conn) if table in (name, name.rpartition(".")[2])]
+            if len(gone) != 1:
                 raise
-            qualified = table
+            qualified = gone[0]
         else:
             _drop_triggers(conn, sql.Identifier(found.schema, found.name))
             qualified = found.qualified
