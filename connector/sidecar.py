@@ -62,10 +62,11 @@ def run(
             log.info("watching %s", watcher.root)
         workers = [_WorkerThread(settings, dsn, make_pipeline(), stop, roots, i, once) for i in range(settings.workers)]
         _threads.update(workers)
-        watcher_problem: list[str | None] = [None]  # read by /health; only this loop calls watcher.check()
-        table_problem: list[str | None] = [None]  # likewise, for watched tables gone (`_unread_tables`)
+        # Read by /health; only this loop updates them.
+        watcher_problem = _Problem("folder watcher working again")
+        table_problem = _Problem("every watched table feeds the queue again")
         server = _health_server(
-            settings, dsn, workers, lambda: [p for p in (watcher_problem[0], table_problem[0]) if p]
+            settings, dsn, workers, lambda: [p.now for p in (watcher_problem, table_problem) if p.now]
         )
         next_table_check = 0.0
         for w in workers:
@@ -73,22 +74,10 @@ def run(
         while any(w.is_alive() for w in workers) and not stop.is_set() and not any(w.fatal for w in workers):
             if watcher is not None:
                 # check() restarts a watcher thread that died and says what is wrong (/health turns degraded)
-                problem = watcher.check()
-                if problem != watcher_problem[0]:
-                    if problem:
-                        log.error("%s", problem)
-                    else:
-                        log.info("folder watcher working again")
-                watcher_problem[0] = problem
+                watcher_problem.update(watcher.check())
             if not once and time.monotonic() >= next_table_check:
                 next_table_check = time.monotonic() + _TABLE_CHECK_SECONDS
-                problem = _unread_tables(dsn, table_problem[0])
-                if problem != table_problem[0]:
-                    if problem:
-                        log.error("%s", problem)
-                    else:
-                        log.info("every watched table feeds the queue again")
-                table_problem[0] = problem
+                table_problem.update(_unread_tables(dsn, table_problem.now))
             stop.wait(0.2)
         stop.set()
         _shutdown(workers, dsn, settings.shutdown_grace_seconds)
@@ -110,6 +99,23 @@ def run(
         if server:
             server.stop()
     log.info("sidecar stopped")
+
+
+class _Problem:
+    """A condition the main loop watches (/health reads `now`): logged once when it appears, changes or clears, not
+    on every look."""
+
+    def __init__(self, cleared: str):
+        self.now: str | None = None
+        self._cleared = cleared
+
+    def update(self, problem: str | None) -> None:
+        if problem != self.now:
+            if problem:
+                log.error("%s", problem)
+            else:
+                log.info("%s", self._cleared)
+        self.now = problem
 
 
 def _unread_tables(dsn: str, previous: str | None) -> str | None:
