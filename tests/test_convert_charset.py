@@ -26,7 +26,6 @@ SETTINGS = ChunkingSettings()
 LEGACY = [
     ("ifrench-gut-ALIRE", "windows-1252", ["système", "français", "détaillées"]),
     ("mgp-sample-fr.mgp", "windows-1252", ["précedente", "mélanger", "spécial"]),
-    ("beamer-conference-talk.tex", "windows-1250", ["Universität Tübingen", "Lübeck"]),
     ("joe.ru.1.gz", "KOI8-R", ["мощный текстовый редактор"]),
     ("nkf.doc.gz", "EUC-JP", ["ネットワーク用漢字コード変換フィルタ"]),
     ("arphic-ARPHICPL-gb.txt", "GB18030", ["文鼎公众授权书", "文鼎科技开发股份有限公司"]),
@@ -47,6 +46,66 @@ def test_a_real_file_in_a_legacy_charset_is_read_in_it_and_the_guess_is_logged(n
     warnings = [r.getMessage() for r in caplog.records if r.name == "connector.convert.charset"]
     assert len(warnings) == 1 and warnings[0].startswith(f"read as {codec}: not valid UTF-8 (byte 0x")
     assert warnings[0].endswith(", charset guessed")
+
+
+# (fixture, the charset it declares, words of the text that only that charset reads): each guessed wrong before.
+DECLARED = [
+    ("lcyw-example-koi8r.tex", "koi8_r", ["Проверка", "Все!"]),  # guessed: Hebrew windows-1255
+    ("serbian-apostrophe-cp1250.tex", "cp1250", ["Sad noć smer svoj zače", "U tišinu ratnoj"]),  # windows-1252
+    ("beamer-conference-talk.tex", "cp1252", ["TALKS¡!!", "Universität Tübingen"]),  # windows-1250: `TALKSˇ!!`
+]
+
+
+@pytest.mark.parametrize(("name", "codec", "words"), DECLARED, ids=[n for n, _, _ in DECLARED])
+def test_a_real_file_is_read_in_the_charset_it_declares_and_nothing_is_guessed(name, codec, words, caplog) -> None:
+    """LaTeX sources say their charset in `\\usepackage[koi8-r]{inputenc}`; short ones are where guessing fails."""
+    path = REAL / name
+    data = path.read_bytes()
+    assert charset.declared(data) == codec
+    d = convert(data, mime_for_path(path), SETTINGS)
+    assert_tiles(d)
+    assert d.markdown == sniff._text(data.decode(codec))
+    for word in words:
+        assert word in d.markdown
+    assert not caplog.records, "a declaration is no guess"
+
+
+@pytest.mark.parametrize(
+    ("declaration", "codec"),
+    [
+        (b"# -*- coding: latin-1 -*-\n", "cp1252"),  # Emacs, PEP 263; Latin-1 as WHATWG reads it
+        (b"#!/usr/bin/env python\n# -*- coding: iso-8859-15 -*-\n", "iso8859_15"),  # on the second line
+        (b'.\\" -*- mode: nroff; coding: iso-latin-2-unix -*-\n', "iso8859_2"),  # groff's preconv; Emacs names
+        (b"# vim: set fileencoding=koi8-r :\n", "koi8_r"),
+        (b"=pod\n\n=encoding ISO8859-2\n\n", "iso8859_2"),
+        (b"\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage[utf8x,latin2]{inputenc}\n", "iso8859_2"),
+        (b"\\inputencoding{ansinew}\n", "cp1252"),
+    ],
+)
+def test_declarations_in_their_usual_places_are_read(declaration: bytes, codec: str) -> None:
+    """Each in front of the same Polish text in ISO-8859-2 (where Windows-1252 reads `ł` as `³`) or Russian in
+    KOI8-R, to read as that charset; the declaration's own line stays in the text."""
+    text = "Zażółć gęślą jaźń.\n" if codec != "koi8_r" else "Съешь же ещё этих мягких французских булок.\n"
+    if codec in ("cp1252", "iso8859_15"):
+        text = "Ça coûte 5 € à l'été.\n".replace("€", "EUR" if codec == "cp1252" else "€")
+    data = declaration + text.encode(codec)
+    assert charset.declared(data) == codec
+    assert sniff.decode(data) == sniff._text(data.decode(codec))
+
+
+def test_a_declaration_the_bytes_do_not_fit_or_on_utf8_text_changes_nothing(caplog) -> None:
+    """A file converted to UTF-8 whose `coding:` line was left as it was stays UTF-8; a declaration of a charset
+    the bytes are not in (Shift_JIS over Latin-1 text), of no charset, or in a comment of LaTeX is passed over."""
+    utf8 = "# -*- coding: latin-1 -*-\nÇa coûte à l'été.\n".encode()
+    assert sniff.decode(utf8) == utf8.decode()
+    french = (REAL / "ifrench-gut-ALIRE").read_bytes()
+    for declaration in (
+        b"-*- coding: shift_jis -*-\n",
+        b"-*- coding: klingon -*-\n",
+        b"% \\usepackage[koi8-r]{inputenc}\n",
+    ):
+        assert sniff.decode(declaration + french) == (declaration + french).decode("cp1252")
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["read as windows-1252"] * 3
 
 
 def test_the_russian_man_page_is_read_as_a_man_page() -> None:
@@ -117,7 +176,7 @@ def test_the_guess_is_logged_with_the_document_and_no_text(capfd) -> None:
 def test_legacy_charset_files_ingest_end_to_end(tmp_path: Path, migrated_dsn) -> None:
     folder = tmp_path / "docs"
     folder.mkdir()
-    for name, _, _ in LEGACY:
+    for name, _, _ in LEGACY + DECLARED:
         (folder / name).write_bytes((REAL / name).read_bytes())
     command = connector_cmd("ingest", str(folder), "--dsn", migrated_dsn, "--embedder", "fake")
     result = subprocess.run(command, cwd=tmp_path, env=child_env(tmp_path), capture_output=True, text=True, timeout=600)
@@ -127,11 +186,12 @@ def test_legacy_charset_files_ingest_end_to_end(tmp_path: Path, migrated_dsn) ->
         texts = dict(conn.execute(
             "SELECT d.source_key, string_agg(c.text, '' ORDER BY c.ordinal) FROM connector.chunks c "
             "JOIN connector.documents d ON d.id = c.document_id GROUP BY d.source_key").fetchall())  # fmt: skip
-    assert status == dict.fromkeys((n for n, _, _ in LEGACY), "done")
-    for name, _, words in LEGACY:
+    assert status == dict.fromkeys((n for n, _, _ in LEGACY + DECLARED), "done")
+    for name, _, words in LEGACY + DECLARED:
         assert all(word in texts[name] for word in words), name
     for name, codec, _ in LEGACY:
         assert f"read as {codec}: not valid UTF-8" in result.stderr, name
+    assert result.stderr.count("charset guessed") == len(LEGACY), "declared charsets are not guessed"
 
 
 def test_guessing_a_big_file_holds_no_object_per_stray_byte() -> None:

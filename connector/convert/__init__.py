@@ -163,7 +163,7 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         document = Document(source, blocks, title=markdown.front_matter_title(source) or
                             markdown.first_title(source, blocks))  # fmt: skip
     elif mime in ("text/html", "application/xhtml+xml"):
-        document = _from_html(sniff.decode_declared(data), settings)
+        document = _from_html(decode(data), settings)
     elif mime == ROFF and sniff.magic(data) is not None:  # `a.7z`, `clip.3gp`, `lib.so.6`: a man page's name only
         document = _sniffed(data, labelled, settings)
     elif mime == ROFF:
@@ -204,7 +204,7 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         try:
             # A charset is guessed for text of no type or of a text-like one (`application/json`), never for what
             # its label says is media: four bytes of a PNG read as Windows-1252 are "‰PNG", no text.
-            source = sniff.decode_declared(data, guess=labelled.partition("/")[0] not in _MEDIA)
+            source = decode(data, guess=labelled.partition("/")[0] not in _MEDIA)
         except sniff.BinaryData:
             what = "looks like binary data"
         except sniff.EmptyText:

@@ -3,12 +3,13 @@
 Text encodings: a byte-order mark decides (UTF-8, UTF-16 or UTF-32, either byte order); without one, UTF-16 is
 recognised only where that is reliable (see `_utf16_without_bom`), 7-bit text that switches character sets with
 ISO 2022 escapes (`ESC $ B`: Japanese mail and Emacs tutorials) is read as ISO-2022-JP/KR, which those escapes name,
-an HTML or XML page that is not UTF-8 is read in the charset it declares (`<meta charset>`, `<?xml encoding>`),
 and everything else is UTF-8 when it decodes as UTF-8. What does not, and is no binary data (the NUL checks come
-first), is read in the charset `charset.py` guesses (Windows-1252, KOI8-R, EUC-JP, GB18030, ...; UTF-8 with its few
-stray bytes read as Windows-1252 where it is mostly UTF-8), and the guess is logged as a warning naming the charset;
-where no charset fits, it fails as "not valid UTF-8 ..., and no charset fits it". Behind a UTF-8 or UTF-16
-byte-order mark nothing is guessed: bytes the mark's encoding cannot read fail. Control characters are dropped
+first), is read in the charset it declares where it declares one that fits (`charset.declared`: HTML's
+`<meta charset>`, XML's, Emacs's `coding:`, LaTeX's inputenc), else in the charset `charset.py` guesses
+(Windows-1252, KOI8-R, EUC-JP, GB18030, ...; UTF-8 with its few stray bytes read as Windows-1252 where it is mostly
+UTF-8), and the guess is logged as a warning naming the charset; where no charset fits, it fails as "not valid
+UTF-8 ..., and no charset fits it". Behind a UTF-8 or UTF-16 byte-order mark nothing is guessed: bytes the mark's
+encoding cannot read fail. Control characters are dropped
 from the text (terminal escape sequences whole): they show nothing, and would reach a terminal that prints a search
 hit. NUL is one of them where text holds a few, alone (GNU info files mark their index nodes with
 `\0\b[index\0\b]`); more, or runs of them, make bytes binary data.
@@ -309,6 +310,11 @@ def decode(data: bytes, guess: bool = True) -> str:
         if codec == "utf-8" and not skip and b"\x00" in data:  # stray NULs let it be tried as text: it is not
             raise BinaryData() from exc
         if codec == "utf-8" and not skip:
+            if (declared := charset.declared(data)) not in (None, "utf_8"):
+                try:
+                    return _text(data.decode(declared))
+                except UnicodeError:
+                    pass  # declared wrongly: guessed as any other text
             if guess:
                 return _text(charset.guess(data, exc))
             raise NotUtf8(data, exc) from exc
@@ -325,50 +331,6 @@ def _stray_nuls(text: str | bytes) -> bool:
     """Whether the NULs in `text` are few (`TEXT_MAX_NUL_SHARE`) and each alone, as in a GNU info file."""
     nul = "\x00" if isinstance(text, str) else b"\x00"
     return text.count(nul) <= TEXT_MAX_NUL_SHARE * len(text) and nul * 2 not in text
-
-
-# A charset an HTML or XML document declares in its first 1024 bytes (HTML's prescan window): `<meta charset=…>`,
-# `<meta http-equiv="Content-Type" content="text/html; charset=…">`, `<?xml … encoding="…"?>`.
-_DECLARED = re.compile(
-    rb"<meta\s[^>]*?charset\s*=\s*[\"']?\s*([\w.:-]+)|<\?xml\s[^>]*?encoding\s*=\s*[\"']([\w.:-]+)", re.IGNORECASE
-)
-# What WHATWG's Encoding Standard reads these labels as (the bytes 0x80-0x9F of old pages are Windows-1252's).
-_WHATWG_ALIASES = {"latin_1": "cp1252", "ascii": "cp1252", "iso8859_1": "cp1252"}
-
-
-def declared_charset(data: bytes) -> str | None:
-    """The Python codec of the charset `data` declares for itself (HTML, XML), if any and known; never UTF-16 or
-    UTF-32, which a document in an ASCII-compatible encoding cannot truly be (a byte-order mark says those)."""
-    found = _DECLARED.search(data[:PDF_HEADER_WINDOW])
-    if not found:
-        return None
-    try:
-        info = codecs.lookup((found.group(1) or found.group(2)).decode("ascii"))
-    except (LookupError, UnicodeError):
-        return None
-    codec = info.name.replace("-", "_")
-    # Text encodings only: not `base64`, `zip` or `rot13` (bytes-to-bytes), nor the escape codecs, which make
-    # lone surrogates of `\ud800`.
-    if not getattr(info, "_is_text_encoding", True) or "escape" in codec or codec.startswith(("utf_16", "utf_32")):
-        return None
-    return _WHATWG_ALIASES.get(codec, codec)
-
-
-def decode_declared(data: bytes, guess: bool = True) -> str:
-    """`decode(data, guess)`; where that fails as invalid UTF-8, the charset the document declares (an HTML page of
-    the 2000s in ISO-8859-1 says so in a `<meta>`) before any guess."""
-    try:
-        return decode(data, guess=False)
-    except NotUtf8 as exc:
-        codec = declared_charset(data)
-        if codec is not None and codec != "utf_8":
-            try:
-                return _text(data.decode(codec))
-            except (UnicodeError, LookupError):
-                pass  # declared wrongly: guessed as any other text
-        if not guess:
-            raise
-        return _text(charset.guess(data, exc.error))
 
 
 def _text(source: str) -> str:
