@@ -9,11 +9,12 @@ One module per input format; each produces Markdown (or keeps the user's text as
 - man pages (roff, man(7) or mdoc(7)), Perl POD, Jupyter notebooks, e-mail (`.eml`) and SVG images: converted to
   Markdown (`roff.py`, `pod.py`, `notebook.py`, `mail.py`, `svg.py`), then parsed as Markdown;
 - PDF: see `pdf.py`; DOCX, PPTX, ODT: `office.py`; EPUB: `epub.py`;
-- CSV and TSV (by name, or by content when the name says nothing): one Markdown table (`tabular.py`); XLSX and ODS:
-  a section per sheet holding its table (`spreadsheet.py`).
-What a file is comes from its bytes where they say it (`%PDF-`, a ZIP's parts, HTML's signatures, text that
-decodes), from its name otherwise: a `.txt` that holds a PDF is read as a PDF, a file with an unknown suffix is
-read as text when it is text, and anything else fails saying what it looks like. Bytes become text in `sniff.py`.
+- CSV and TSV (by name, or by content when the name says nothing): one Markdown table (`tabular.py`); XLSX, XLS
+  and ODS: a section per sheet holding its table (`spreadsheet.py`).
+What a file is comes from its bytes where they say it (`%PDF-`, a ZIP's parts, an OLE2 file's streams, HTML's
+signatures, text that decodes), from its name otherwise: a `.txt` that holds a PDF is read as a PDF, a file with
+an unknown suffix is read as text when it is text, and anything else fails saying what it looks like. Bytes become
+text in `sniff.py`.
 A gzip file is read as what it holds, by the same rules, its name without `.gz` naming it (`bash.html.gz`: HTML).
 Anything the document itself is to blame for raises a `DocumentError` subclass with a message saying what.
 """
@@ -53,6 +54,7 @@ DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
 ODT = "application/vnd.oasis.opendocument.text"
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+XLS = "application/vnd.ms-excel"
 ODS = "application/vnd.oasis.opendocument.spreadsheet"
 CSV = ("text/csv", "text/tab-separated-values", "text/tsv")
 EPUB = "application/epub+zip"
@@ -89,6 +91,7 @@ MIME_BY_SUFFIX = {
     ".pptx": PPTX,
     ".odt": ODT,
     ".xlsx": XLSX,
+    ".xls": XLS,
     ".ods": ODS,
     ".csv": "text/csv",
     ".tsv": "text/tab-separated-values",
@@ -153,6 +156,8 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         document = epub.convert(data)
     elif mime == XLSX:
         document = _split_tables(spreadsheet.xlsx(data), settings)
+    elif mime == XLS and sniff.magic(data) == sniff.LEGACY_OFFICE:  # no `.doc` named `.xls`; a damaged one: xlrd says
+        document = _split_tables(spreadsheet.xls(data), settings)
     elif mime == ODS:
         document = _split_tables(spreadsheet.ods(data), settings)
     elif mime in CSV:
@@ -223,8 +228,8 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         what = f"looks like {what}"
     label = "" if labelled in ("", OCTET) else f" {labelled!r}"
     raise UnsupportedDocument(
-        f"unsupported file type{label} ({what}); supported: PDF, DOCX, PPTX, ODT, EPUB, XLSX, ODS, HTML, Markdown, "
-        "CSV and any text, each also gzipped"
+        f"unsupported file type{label} ({what}); supported: PDF, DOCX, PPTX, ODT, EPUB, XLSX, XLS, ODS, HTML, "
+        "Markdown, CSV and any text, each also gzipped"
     )
 
 

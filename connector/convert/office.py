@@ -104,15 +104,16 @@ def _open_error(what: str, exc: Exception) -> ConversionError:
     return ConversionError(f"cannot open {what}: {type(exc).__name__}: {exc}")
 
 
-def _guarded(what: str):
+def _guarded(what: str, zipped: bool = True):
     """A converter whose library may raise anything on a malformed file (KeyError, ValueError, XML errors,
-    NotImplementedError, zlib.error): the document is to blame, so it fails as a `ConversionError`. The archive is
-    checked for a zip bomb first."""
+    NotImplementedError, zlib.error, struct.error): the document is to blame, so it fails as a `ConversionError`. A
+    `zipped` format's archive is checked for a zip bomb first."""
 
     def wrap(convert: Callable[[bytes], Document]) -> Callable[[bytes], Document]:
         @functools.wraps(convert)
         def guarded(data: bytes) -> Document:
-            sniff.check_archive(data, what)
+            if zipped:
+                sniff.check_archive(data, what)
             try:
                 return convert(data)
             except (DocumentError, RecursionError, MemoryError):

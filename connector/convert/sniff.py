@@ -52,6 +52,11 @@ TEXT_MAX_NUL_SHARE = 0.001
 """Text may hold NULs, each alone, up to this share of its characters (bash.info: 10 in 570 KB); random bytes have
 0.4 %, and other binary data runs of them."""
 
+OLE2 = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+"""The signature of a Compound File (OLE2): Office 97-2003 documents, Outlook messages, MSI installers."""
+LEGACY_OFFICE = "a legacy Office document"
+"""What an OLE2 file is said to be when its streams name no kind we know (or its directory cannot be read)."""
+
 _MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "a PNG image"),
     (b"\xff\xd8\xff", "a JPEG image"),
@@ -59,7 +64,7 @@ _MAGIC = (
     (b"PK\x03\x04", "a ZIP archive"),
     (b"\x1f\x8b", "a gzip file"),
     (b"\xfd7zXZ\x00", "an xz file"),
-    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "a legacy Office document"),
+    (OLE2, LEGACY_OFFICE),
     (b"%!PS", "a PostScript file"),
     (b"{\\rtf", "an RTF document"),
     (b"\x7fELF", "an executable"),
@@ -125,11 +130,38 @@ _ZIP_MIMETYPES = (
 )
 
 
+_OLE_STREAMS = (
+    # the stream that holds the document: a workbook's is "Workbook" (BIFF8) or "Book" (BIFF5, Excel 5/95)
+    ({"Workbook", "Book"}, "application/vnd.ms-excel"),
+)
+_OLE_KINDS = (
+    ({"WordDocument"}, "a Word 97-2003 document (.doc); save it as DOCX or ODT"),
+    ({"PowerPoint Document"}, "a PowerPoint 97-2003 presentation (.ppt); save it as PPTX or PDF"),
+    ({"__properties_version1.0"}, "an Outlook message (.msg); save it as .eml"),
+)
+
+
+def ole_streams(data: bytes) -> set[str]:
+    """The names of the streams and storages in an OLE2 file's root directory (none if it is not one, or damaged)."""
+    if not data.startswith(OLE2):
+        return set()
+    import xlrd.compdoc
+
+    try:
+        return {entry.name for entry in xlrd.compdoc.CompDoc(data, logfile=io.StringIO()).dirlist}
+    except Exception:  # a damaged directory: xlrd's CompDocError, struct.error, IndexError
+        return set()
+
+
 def container(data: bytes) -> str | None:
-    """The MIME type that a file's bytes state on their own: a PDF, or a ZIP package whose parts say DOCX, PPTX,
-    XLSX, EPUB, ODT or ODS (OPC part names; the OCF/ODF `mimetype` entry). None for anything else."""
+    """The MIME type that a file's bytes state on their own: a PDF, a ZIP package whose parts say DOCX, PPTX,
+    XLSX, EPUB, ODT or ODS (OPC part names; the OCF/ODF `mimetype` entry), or an OLE2 file holding an Excel
+    workbook (XLS). None for anything else."""
     if data.lstrip()[:5] == b"%PDF-":  # at the very start: other text may quote "%PDF-" in its first kilobyte
         return "application/pdf"
+    if data.startswith(OLE2):
+        streams = ole_streams(data)
+        return next((mime for names, mime in _OLE_STREAMS if names & streams), None)
     if not data.startswith(b"PK\x03\x04"):
         return None
     try:
@@ -171,6 +203,9 @@ def magic(data: bytes) -> str | None:
     what = next((what for signature, what in _MAGIC if data.startswith(signature)), None)
     if what == "a ZIP archive":
         return _zip_kind(data)
+    if what == LEGACY_OFFICE:
+        streams = ole_streams(data)
+        return next((kind for names, kind in _OLE_KINDS if names & streams), what)
     if what is None and data[257:262] == b"ustar":  # POSIX tar's magic, after the first entry's name and mode
         return "a tar archive"
     return what
@@ -184,7 +219,7 @@ _ODF_KINDS = {
 }
 _OPC_KINDS = (
     (b"spreadsheetml", "an XLSX spreadsheet without its workbook part"),
-    (b"application/vnd.ms-excel", "an Excel spreadsheet of a kind not read (macro-enabled or binary); save it as XLSX"),
+    (b"application/vnd.ms-excel", "an Excel spreadsheet of a kind not read (macro-enabled or XLSB); save it as XLSX"),
 )
 _CONTENT_TYPES_WINDOW = 64 * 1024  # of `[Content_Types].xml`: a workbook's main part is declared in its first lines
 

@@ -1,11 +1,13 @@
-"""XLSX and ODS spreadsheets → one section per sheet (its name the heading) holding the sheet's values as a table.
+"""XLSX, XLS and ODS spreadsheets → one section per sheet (its name the heading) holding the sheet's values as a table.
 
 Values, not formulas: an XLSX is read by openpyxl in read-only mode with the values its application last
-calculated (`data_only`), an ODS by odfpy (its cells' text as displayed). Rows and columns that hold nothing are
+calculated (`data_only`), a legacy XLS (Excel 97-2003, BIFF in an OLE2 file) by xlrd, likewise its saved values, an
+ODS by odfpy (its cells' text as displayed). Rows and columns that hold nothing are
 dropped; the first row left is the header. A sheet's size is what its cells say, not what the file declares (readxl's
 `datasets.xlsx` declares every sheet `A1:A1`), so cells are counted as they are read and a workbook past
 `MAX_CELLS` fails saying so, before its text would fill memory. The ZIP package is checked for a zip bomb first
-(`office._guarded`). Legacy `.xls` (BIFF) is not read: `sniff` names it.
+(`office._guarded`); an XLS sheet is loaded only when its records' bytes could not hold far more cells than that
+(`MAX_XLS_SHEET_BYTES`): xlrd builds every cell of a sheet before anyone can count them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ MAX_CELLS = 500_000
 """Cells read from a workbook, empty ones inside its used range included: 500,000 cells are ~5 MB of Markdown (the
 document size limit's order) and a few seconds of parsing; a sheet of a million cells fails in the time it takes to
 read half of it."""
+TOO_LARGE = f"spreadsheet too large: more than {MAX_CELLS:,} cells (save the part you need as CSV, or split it)"
 NO_VALUES = (
     "spreadsheet has no values: its cells are empty or hold formulas whose results were never saved (open it in a "
     "spreadsheet application and save it again)"
@@ -46,6 +49,63 @@ def xlsx(data: bytes) -> Document:
     finally:
         book.close()
     return _workbook(sheets, title)
+
+
+MAX_XLS_SHEET_BYTES = 24 * MAX_CELLS
+"""The records of one XLS sheet, in bytes, loaded at most: a real sheet spends 14-20 bytes on a value cell (a shared
+string, a number) and more on its formatting, so a sheet within `MAX_CELLS` fits; BIFF's packed numbers take 6
+bytes a cell, so xlrd never builds more than 2 million cells (some 100 MB) before the count refuses them."""
+XLS_ENCRYPTED = "XLS workbook is encrypted (password-protected): save it without a password, as XLSX"
+
+
+@_guarded("XLS", zipped=False)
+def xls(data: bytes) -> Document:
+    import io
+
+    import xlrd
+
+    try:
+        # on demand: one sheet in memory at a time; ragged rows: a row as long as its last cell, not padded to the
+        # widest row (one cell at IV65536 padded 16 million); xlrd's warnings go nowhere, the error says it
+        book = xlrd.open_workbook(file_contents=data, on_demand=True, ragged_rows=True, logfile=io.StringIO())
+    except xlrd.XLRDError as exc:
+        if "encrypted" in str(exc).lower():
+            raise ConversionError(XLS_ENCRYPTED) from exc
+        raise
+    try:
+        counter = _Counter()
+        sheets = []
+        # where each sheet's records start in the workbook stream: a sheet ends where the next one starts
+        starts = sorted(book._sh_abs_posn) + [len(book.mem)]
+        for index in range(book.nsheets):
+            start = book._sh_abs_posn[index]
+            if next(s for s in starts if s > start) - start > MAX_XLS_SHEET_BYTES:
+                raise ConversionError(TOO_LARGE)  # before xlrd builds its cells
+            sheet = book.sheet_by_index(index)
+            rows = (counter.count([_xls_text(book, sheet, r, c) for c in range(sheet.row_len(r))])
+                    for r in range(sheet.nrows))  # fmt: skip
+            sheets.append((sheet.name, _table(rows, counter)))
+            book.unload_sheet(index)
+    finally:
+        book.release_resources()
+    return _workbook(sheets, None)  # xlrd reads no document properties: the file's name is shown
+
+
+def _xls_text(book, sheet, row: int, col: int) -> str:
+    import contextlib
+
+    import xlrd
+
+    kind, value = sheet.cell_type(row, col), sheet.cell_value(row, col)
+    if kind == xlrd.XL_CELL_DATE:
+        # a date out of Excel's range stays its serial number, as Excel shows it
+        with contextlib.suppress(xlrd.xldate.XLDateError, OverflowError, ValueError):
+            value = xlrd.xldate.xldate_as_datetime(value, book.datemode)
+    elif kind == xlrd.XL_CELL_BOOLEAN:
+        value = bool(value)
+    elif kind == xlrd.XL_CELL_ERROR:
+        value = xlrd.error_text_from_code.get(value, "#ERR")
+    return _text(value)
 
 
 @_guarded("ODS")
@@ -109,9 +169,7 @@ class _Counter:
         else:
             self.cells += n
         if max(self.cells, self.table_cells) > MAX_CELLS:
-            raise ConversionError(
-                f"spreadsheet too large: more than {MAX_CELLS:,} cells (save the part you need as CSV, or split it)"
-            )
+            raise ConversionError(TOO_LARGE)
 
     def count(self, row: list[str]) -> list[str]:
         # An empty row counts as one: a sheet whose XML puts one cell at row 200,000,000 had openpyxl yield every
