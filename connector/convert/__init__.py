@@ -8,7 +8,7 @@ One module per input format; each produces Markdown (or keeps the user's text as
 - HTML: the page's main content converted to Markdown, then parsed as Markdown;
 - man pages (roff, man(7) or mdoc(7)), Perl POD, Jupyter notebooks, e-mail (`.eml`) and SVG images: converted to
   Markdown (`roff.py`, `pod.py`, `notebook.py`, `mail.py`, `svg.py`), then parsed as Markdown;
-- PDF: see `pdf.py`; DOCX, PPTX, ODT: `office.py`; EPUB: `epub.py`;
+- PDF: see `pdf.py`; DOCX, PPTX, ODT: `office.py`; RTF: `rtf.py`; EPUB: `epub.py`;
 - CSV and TSV (by name, or by content when the name says nothing): one Markdown table (`tabular.py`); XLSX, XLS
   and ODS: a section per sheet holding its table (`spreadsheet.py`).
 What a file is comes from its bytes where they say it (`%PDF-`, a ZIP's parts, an OLE2 file's streams, HTML's
@@ -37,6 +37,7 @@ from connector.convert import (
     pod,
     roff,
     rst,
+    rtf,
     sniff,
     spreadsheet,
     structure,
@@ -65,6 +66,7 @@ POD = "text/x-pod"
 NOTEBOOK = "application/x-ipynb+json"
 EML = "message/rfc822"
 SVG = "image/svg+xml"
+RTF = ("application/rtf", "text/rtf")
 RST = ("text/x-rst", "text/prs.fallenstein.rst")
 
 MAX_DOCUMENT_BYTES = int(Settings.model_fields["max_document_mb"].default * 1_000_000)
@@ -90,6 +92,7 @@ MIME_BY_SUFFIX = {
     ".docx": DOCX,
     ".pptx": PPTX,
     ".odt": ODT,
+    ".rtf": RTF[0],
     ".xlsx": XLSX,
     ".xls": XLS,
     ".ods": ODS,
@@ -154,6 +157,8 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         document = office.odt(data)
     elif mime == EPUB:
         document = epub.convert(data)
+    elif mime in RTF and rtf.is_rtf(data):
+        document = _split_tables(rtf.convert(data), settings)
     elif mime == XLSX:
         document = _split_tables(spreadsheet.xlsx(data), settings)
     elif mime == XLS and sniff.magic(data) == sniff.LEGACY_OFFICE:  # no `.doc` named `.xls`; a damaged one: xlrd says
@@ -228,8 +233,8 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         what = f"looks like {what}"
     label = "" if labelled in ("", OCTET) else f" {labelled!r}"
     raise UnsupportedDocument(
-        f"unsupported file type{label} ({what}); supported: PDF, DOCX, PPTX, ODT, EPUB, XLSX, XLS, ODS, HTML, "
-        "Markdown, CSV and any text, each also gzipped"
+        f"unsupported file type{label} ({what}); supported: PDF, DOCX, PPTX, ODT, RTF, EPUB, XLSX, XLS, ODS, "
+        "HTML, Markdown, CSV and any text, each also gzipped"
     )
 
 

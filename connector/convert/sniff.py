@@ -156,9 +156,11 @@ def ole_streams(data: bytes) -> set[str]:
 def container(data: bytes) -> str | None:
     """The MIME type that a file's bytes state on their own: a PDF, a ZIP package whose parts say DOCX, PPTX,
     XLSX, EPUB, ODT or ODS (OPC part names; the OCF/ODF `mimetype` entry), or an OLE2 file holding an Excel
-    workbook (XLS). None for anything else."""
+    workbook (XLS), or RTF. None for anything else."""
     if data.lstrip()[:5] == b"%PDF-":  # at the very start: other text may quote "%PDF-" in its first kilobyte
         return "application/pdf"
+    if data.startswith(b"{\\rtf"):  # Word's "save as .doc" of RTF, mail attachments named `.txt`
+        return "application/rtf"
     if data.startswith(OLE2):
         streams = ole_streams(data)
         return next((mime for names, mime in _OLE_STREAMS if names & streams), None)
