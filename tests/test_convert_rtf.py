@@ -1,7 +1,8 @@
-"""RTF documents through the real pipeline (tests/fixtures/real/SOURCES.md): officer's example.docx saved as RTF by
-LibreOffice (a stylesheet, headings, lists, a table with merged cells, a document title) and a GNUstep help page
-written by Cocoa's RTF writer (Mac Roman code page, `\\uc0`, pictures as `\\NeXTGraphic`). Other code pages and
-hostile files are made from them in the tests."""
+"""RTF documents, and ODP presentations at the end, through the real pipeline (tests/fixtures/real/SOURCES.md):
+officer's example.docx saved as RTF by LibreOffice (a stylesheet, headings, lists, a table with merged cells, a
+document title), a GNUstep help page written by Cocoa's RTF writer (Mac Roman code page, `\\uc0`, pictures as
+`\\NeXTGraphic`), officer's example.pptx saved as ODP. Other code pages and hostile files are made from them in the
+tests."""
 
 from __future__ import annotations
 
@@ -109,3 +110,18 @@ def test_hostile_rtf_fails_or_reads_fast_and_small() -> None:
     assert "| 4,994616997 | AA |" in cut.markdown and "Merged cell" not in cut.markdown  # the rows it holds
     with pytest.raises(ConversionError, match="^RTF document has no text"):
         convert(OFFICER[:3000], mime_for_path("header-only.rtf"), SETTINGS)
+
+
+def test_an_odp_reads_one_section_per_slide_as_the_pptx_it_was_saved_from() -> None:
+    """ODP failed as "an ODP presentation; save it as PPTX or PDF": now each slide is a page under its title (or
+    "Slide N"), its frames' paragraphs, lists and tables below it, as for the PPTX."""
+    data = (REAL / "officer-example.odp").read_bytes()
+    pptx = convert((REAL / "officer-example.pptx").read_bytes(), mime_for_path("example.pptx"), SETTINGS)
+    for label in (mime_for_path("example.odp"), "application/octet-stream"):
+        doc = convert(data, label, SETTINGS)
+        _tiles(doc)
+        assert doc.title == "document title" and len(doc.page_starts) == 3
+        assert _headings(doc) == _headings(pptx) == ["## Title", "## Hi", "## Slide 3"]
+        assert doc.page_at(doc.markdown.index("## Hi")) == 2
+        assert "- and some list (1)\n- and some list (2)\n" in doc.markdown
+        assert "| Header 1 | Header 2 | Header 3 |\n|---|---|---|\n| A | 12.23 | blah blah |" in doc.markdown

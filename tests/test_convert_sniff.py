@@ -19,7 +19,8 @@ from tests.conftest import FIXTURES
 SETTINGS = ChunkingSettings()
 TEXT = (FIXTURES / "apache-2.0.txt").read_text(encoding="utf-8")
 SUPPORTED = (
-    "supported: PDF, DOCX, PPTX, ODT, RTF, EPUB, XLSX, XLS, ODS, HTML, Markdown, CSV and any text, each also gzipped"
+    "supported: PDF, DOCX, PPTX, ODT, ODP, RTF, EPUB, XLSX, XLS, ODS, HTML, Markdown, CSV and any text, "
+    "each also gzipped"
 )
 
 

@@ -8,7 +8,7 @@ One module per input format; each produces Markdown (or keeps the user's text as
 - HTML: the page's main content converted to Markdown, then parsed as Markdown;
 - man pages (roff, man(7) or mdoc(7)), Perl POD, Jupyter notebooks, e-mail (`.eml`) and SVG images: converted to
   Markdown (`roff.py`, `pod.py`, `notebook.py`, `mail.py`, `svg.py`), then parsed as Markdown;
-- PDF: see `pdf.py`; DOCX, PPTX, ODT: `office.py`; RTF: `rtf.py`; EPUB: `epub.py`;
+- PDF: see `pdf.py`; DOCX, PPTX, ODT: `office.py`; ODP: `odp.py`; RTF: `rtf.py`; EPUB: `epub.py`;
 - CSV and TSV (by name, or by content when the name says nothing): one Markdown table (`tabular.py`); XLSX, XLS
   and ODS: a section per sheet holding its table (`spreadsheet.py`).
 What a file is comes from its bytes where they say it (`%PDF-`, a ZIP's parts, an OLE2 file's streams, HTML's
@@ -32,6 +32,7 @@ from connector.convert import (
     mail,
     markdown,
     notebook,
+    odp,
     office,
     pdf,
     pod,
@@ -54,6 +55,7 @@ from connector.visible import visible
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
 ODT = "application/vnd.oasis.opendocument.text"
+ODP = "application/vnd.oasis.opendocument.presentation"
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 XLS = "application/vnd.ms-excel"
 ODS = "application/vnd.oasis.opendocument.spreadsheet"
@@ -92,6 +94,7 @@ MIME_BY_SUFFIX = {
     ".docx": DOCX,
     ".pptx": PPTX,
     ".odt": ODT,
+    ".odp": ODP,
     ".rtf": RTF[0],
     ".xlsx": XLSX,
     ".xls": XLS,
@@ -155,6 +158,8 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         document = office.pptx(data)
     elif mime == ODT:
         document = office.odt(data)
+    elif mime == ODP:
+        document = odp.odp(data)
     elif mime == EPUB:
         document = epub.convert(data)
     elif mime in RTF and rtf.is_rtf(data):
@@ -233,7 +238,7 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         what = f"looks like {what}"
     label = "" if labelled in ("", OCTET) else f" {labelled!r}"
     raise UnsupportedDocument(
-        f"unsupported file type{label} ({what}); supported: PDF, DOCX, PPTX, ODT, RTF, EPUB, XLSX, XLS, ODS, "
+        f"unsupported file type{label} ({what}); supported: PDF, DOCX, PPTX, ODT, ODP, RTF, EPUB, XLSX, XLS, ODS, "
         "HTML, Markdown, CSV and any text, each also gzipped"
     )
 

@@ -127,6 +127,7 @@ _ZIP_MIMETYPES = (
     "application/epub+zip",
     "application/vnd.oasis.opendocument.text",
     "application/vnd.oasis.opendocument.spreadsheet",
+    "application/vnd.oasis.opendocument.presentation",
 )
 
 
@@ -155,7 +156,7 @@ def ole_streams(data: bytes) -> set[str]:
 
 def container(data: bytes) -> str | None:
     """The MIME type that a file's bytes state on their own: a PDF, a ZIP package whose parts say DOCX, PPTX,
-    XLSX, EPUB, ODT or ODS (OPC part names; the OCF/ODF `mimetype` entry), or an OLE2 file holding an Excel
+    XLSX, EPUB, ODT, ODS or ODP (OPC part names; the OCF/ODF `mimetype` entry), or an OLE2 file holding an Excel
     workbook (XLS), or RTF. None for anything else."""
     if data.lstrip()[:5] == b"%PDF-":  # at the very start: other text may quote "%PDF-" in its first kilobyte
         return "application/pdf"
@@ -216,7 +217,6 @@ def magic(data: bytes) -> str | None:
 # ZIP packages that no converter reads, by the OpenDocument `mimetype` entry or the content types of an OPC package
 # (an XLSX or ODS is read: `container` names it).
 _ODF_KINDS = {
-    "application/vnd.oasis.opendocument.presentation": "an ODP presentation; save it as PPTX or PDF",
     "application/vnd.oasis.opendocument.graphics": "an ODG drawing; save it as PDF",
 }
 _OPC_KINDS = (
