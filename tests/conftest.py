@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -146,6 +146,36 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str 
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def work(fn: Callable[[], object]) -> int:
+    """How much Python `fn()` runs, counted rather than timed: the lines and calls the tracer sees, in this thread.
+    The same input gives the same count on any machine however loaded, so a test can run n and 2n items and assert
+    the count about doubles, where a quadratic step (work per item that grows with the items before it) makes it
+    about four times. Work inside C code (a regular expression's backtracking) is not seen: see
+    `test_convert_hostile`."""
+    count = 0
+
+    def tracer(frame, event, arg):
+        nonlocal count
+        count += 1
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        fn()
+    finally:
+        sys.settrace(previous)
+    return count
+
+
+def assert_linear(convert_n: Callable[[int], object], n: int, what: str) -> None:
+    """`convert_n(2 * n)` does about twice the work of `convert_n(n)` (see `work`): measured 1.99-2.07 times on
+    linear code; a step quadratic in the items made it 2.7-3.1 times at these sizes, and more the larger they are."""
+    convert_n(2)  # imports, caches and compiled patterns are not counted against the first size
+    small, large = work(lambda: convert_n(n)), work(lambda: convert_n(2 * n))
+    assert large < 2.3 * small, f"{what}: {2 * n} items took {large / small:.2f} times the work of {n}"
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -91,19 +92,20 @@ def test_sigterm_keeps_the_grace_and_hands_the_document_back(
     wait_for(lambda: _processing(dsn), timeout=30, what="the big document claimed")
     time.sleep(2)  # well inside the pipeline now
     helpers = _descendants(proc.pid)
-    sent = time.monotonic()
     for _ in range(signals):
         for pid in [proc.pid, *helpers] if sig == signal.SIGHUP else [proc.pid]:  # a hangup reaches the group
             os.kill(pid, sig)
         time.sleep(0.3)
-    code = proc.wait(60)
-    took = time.monotonic() - sent
+    code = _exit_code(proc)
     out = output_of(proc)
-    assert took < 3 + 8, f"grace 3 s, took {took:.1f} s: {_row(dsn)}\n{out}"
     assert "exception not rethrown" not in out and code in (0, 130), (code, out)
+    # The grace kept, seen in what the sidecar did rather than timed: it handed the document back unfinished
+    # (waiting for it, it would have stored it), and left without finishing it (a pool left to finish it would have
+    # had its result dropped, the claim no longer the sidecar's).
     status, claimed_by, lease = _row(dsn)
     assert (status, claimed_by, lease) == ("pending", None, None), "handed back to the queue, lease cleared"
-    assert "returned to the queue" in out
+    assert "returned to the queue unfinished" in out, out
+    assert "result dropped" not in out, "the document was finished after all, past the grace"
     assert "crash, kill or out of memory" not in out, "a pool stopped by the sidecar is no crash"
     wait_for(lambda: not any(_alive(p) for p in helpers), timeout=10, what="helper processes gone")
 
@@ -173,10 +175,25 @@ def test_a_pool_process_killed_takes_its_partner_with_it_and_sigterm_still_stops
     if busy:  # the document in hand went back to the queue and through a fresh pool
         wait_for(lambda: _row(dsn)[0] == "done", timeout=240, what="the big document done")
         assert len(_pool_processes(proc.pid)) <= 2
-    sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    code = proc.wait(30)
-    assert time.monotonic() - sent < 3 + 8 and code == 0, output_of(proc)
+    assert _exit_code(proc) == 0, output_of(proc)
+    assert "sidecar stopped" in output_of(proc)
+
+
+EXIT_GUARD_S = 120
+"""How long a test waits for a signalled sidecar to exit: a guard against a hang stalling the suite, not a measure
+(with a 3 s grace, it exits in about 3 s, or at once when idle)."""
+
+
+def _exit_code(proc) -> int:
+    """The sidecar's exit status once it has exited; it fails the test, saying so, if it has not after EXIT_GUARD_S
+    (the process is then killed by the fixture)."""
+    try:
+        return proc.wait(EXIT_GUARD_S)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(
+            f"the sidecar did not stop ({EXIT_GUARD_S} s after the signal)\n{output_of(proc)}"
+        ) from None
 
 
 def _victim(pool: set[int]) -> int:
