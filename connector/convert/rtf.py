@@ -126,6 +126,7 @@ class _Reader:
         self.parts: list[tuple[str, str]] = []
         self.notes: list[str] = []
         self.notes_cited = 0
+        self.notes_placed = 0  # notes already after a paragraph: counted, not recounted per paragraph (quadratic)
         self.para = _Para()
         self.rows: list[tuple[list[str], list[int]]] = []  # each row's cells and their right edges (\cellxN)
         self.edges: list[int] = []  # of the row being defined (\trowd, then a \cellxN per cell)
@@ -401,10 +402,10 @@ class _Reader:
         self._notes()
 
     def _notes(self) -> None:
-        done = sum(1 for kind, _ in self.parts if kind == "note")
-        for n in range(done, len(self.notes)):
+        for n in range(self.notes_placed, len(self.notes)):
             if self.notes[n]:
                 self.parts.append(("note", f"[^{n + 1}]: {self.notes[n]}"))
+        self.notes_placed = len(self.notes)
 
     def _heading_level(self, para: _Para) -> int | None:
         outline = para.outline
