@@ -4,7 +4,9 @@ One module per input format; each produces Markdown (or keeps the user's text as
 - Markdown (and R Markdown, Quarto): the text unchanged, blocks from a CommonMark parser;
 - plain text, AsciiDoc, Org, LaTeX, source code, any other text: the text unchanged, paragraphs and the dialect's
   headings (`text.py`);
-- reStructuredText (`.rst`): parsed by docutils, written as HTML, then converted as HTML (`rst.py`);
+- reStructuredText (`.rst`): parsed by docutils, written as HTML, then converted as HTML (`rst.py`); DocBook and
+  Mallard XML (`.docbook`, `.dbk`, `.page`, an `.xml` that says it is one): mapped to HTML, then converted as HTML
+  (`docbook.py`);
 - HTML: the page's main content converted to Markdown, then parsed as Markdown;
 - man pages (roff, man(7) or mdoc(7)), Perl POD, Jupyter notebooks, e-mail (`.eml`) and SVG images: converted to
   Markdown (`roff.py`, `pod.py`, `notebook.py`, `mail.py`, `svg.py`), then parsed as Markdown;
@@ -27,6 +29,7 @@ from pathlib import PurePath
 
 from connector import tokens
 from connector.convert import (
+    docbook,
     epub,
     html,
     mail,
@@ -70,6 +73,8 @@ EML = "message/rfc822"
 SVG = "image/svg+xml"
 RTF = ("application/rtf", "text/rtf")
 RST = ("text/x-rst", "text/prs.fallenstein.rst")
+DOCBOOK = "application/docbook+xml"
+XML = ("application/xml", "text/xml", DOCBOOK, "application/x-docbook+xml")
 
 MAX_DOCUMENT_BYTES = int(Settings.model_fields["max_document_mb"].default * 1_000_000)
 """The size limit a gzip file's content keeps to when the caller gives none: `max_document_mb`'s default."""
@@ -108,6 +113,8 @@ MIME_BY_SUFFIX = {
     ".ipynb": NOTEBOOK,
     ".eml": EML,
     ".svg": SVG,
+    ".docbook": DOCBOOK,
+    ".dbk": DOCBOOK,
 }
 SUPPORTED = ", ".join(sorted(MIME_BY_SUFFIX)) + ", man pages (.1 to .9) and any other text file"
 _MAN_SECTION = re.compile(r"\.[1-9][a-z]{0,6}$")  # `ls.1`, `GET.1p`, `CA.pl.1ssl`, `File::Temp.3perl`
@@ -190,11 +197,13 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         document = _from_page(_malformed("notebook", lambda: notebook.convert(decode(data))))
     elif mime == EML:
         document = _from_page(_malformed("e-mail", lambda: mail.convert(data)))
+    elif mime in (OCTET, *XML) and (kind := docbook.dialect(data, mime == DOCBOOK)) is not None:  # `.xml`, `.page`
+        document = _from_docbook(data, kind, settings)
     elif mime == SVG or (mime == OCTET and sniff.looks_like_svg(data)):
         document = _from_page(svg.convert(data))
     elif mime in RST:
         document = _from_rst(decode(data), settings)
-    elif mime.startswith("text/"):
+    elif mime.startswith("text/") and mime not in XML:
         document = _from_text(decode(data), _TEXT_DIALECT.get(mime))
     else:
         document = _sniffed(data, labelled, settings)
@@ -283,6 +292,19 @@ def _from_rst(source: str, settings: ChunkingSettings) -> Document:
         return _from_text(source, None)
     if not visible(page.markdown):
         return _from_text(source, None)
+    converted, entries = markdown.split_large_tables_moving(
+        page.markdown, settings.table_max_tokens, settings.encoding, page.entries
+    )
+    blocks = markdown.blocks(converted)
+    title = page.title or markdown.first_title(converted, blocks)
+    return Document(converted, structure.join_entries(blocks, entries), title=title)
+
+
+def _from_docbook(data: bytes, kind: str, settings: ChunkingSettings) -> Document:
+    """DocBook or Mallard XML through the HTML converter (`docbook.py`); as text where it shows nothing that way."""
+    page = docbook.convert(data, kind)
+    if not visible(page.markdown):
+        return _from_text(sniff.decode_declared(data), None)
     converted, entries = markdown.split_large_tables_moving(
         page.markdown, settings.table_max_tokens, settings.encoding, page.entries
     )
