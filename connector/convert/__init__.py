@@ -6,7 +6,7 @@ One module per input format; each produces Markdown (or keeps the user's text as
   headings (`text.py`);
 - reStructuredText (`.rst`): parsed by docutils, written as HTML, then converted as HTML (`rst.py`); DocBook and
   Mallard XML (`.docbook`, `.dbk`, `.page`, an `.xml` that says it is one): mapped to HTML, then converted as HTML
-  (`docbook.py`);
+  (`docbook.py`); Texinfo (`.texi`): its commands mapped to HTML, then converted as HTML (`texinfo.py`);
 - HTML: the page's main content converted to Markdown, then parsed as Markdown;
 - man pages (roff, man(7) or mdoc(7)), Perl POD, Jupyter notebooks, e-mail (`.eml`) and SVG images: converted to
   Markdown (`roff.py`, `pod.py`, `notebook.py`, `mail.py`, `svg.py`), then parsed as Markdown;
@@ -47,6 +47,7 @@ from connector.convert import (
     structure,
     svg,
     tabular,
+    texinfo,
     text,
 )
 from connector.convert.sniff import decode
@@ -73,6 +74,7 @@ EML = "message/rfc822"
 SVG = "image/svg+xml"
 RTF = ("application/rtf", "text/rtf")
 RST = ("text/x-rst", "text/prs.fallenstein.rst")
+TEXINFO = ("text/x-texinfo", "application/x-texinfo")
 DOCBOOK = "application/docbook+xml"
 XML = ("application/xml", "text/xml", DOCBOOK, "application/x-docbook+xml")
 
@@ -113,6 +115,9 @@ MIME_BY_SUFFIX = {
     ".ipynb": NOTEBOOK,
     ".eml": EML,
     ".svg": SVG,
+    ".texi": TEXINFO[0],
+    ".texinfo": TEXINFO[0],
+    ".txi": TEXINFO[0],
     ".docbook": DOCBOOK,
     ".dbk": DOCBOOK,
 }
@@ -203,6 +208,8 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         document = _from_page(svg.convert(data))
     elif mime in RST:
         document = _from_rst(decode(data), settings)
+    elif mime in TEXINFO:
+        document = _from_texinfo(decode(data), settings)
     elif mime.startswith("text/") and mime not in XML:
         document = _from_text(decode(data), _TEXT_DIALECT.get(mime))
     else:
@@ -242,6 +249,8 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
                 return _from_pod(source)
             if sniff.looks_like_roff(source):
                 return _from_roff(source)
+            if texinfo.looks_like_texinfo(source):
+                return _from_texinfo(source, settings)
             return _from_csv(source, settings, named=False)
     else:
         what = f"looks like {what}"
@@ -305,6 +314,19 @@ def _from_docbook(data: bytes, kind: str, settings: ChunkingSettings) -> Documen
     page = docbook.convert(data, kind)
     if not visible(page.markdown):
         return _from_text(sniff.decode_declared(data), None)
+    converted, entries = markdown.split_large_tables_moving(
+        page.markdown, settings.table_max_tokens, settings.encoding, page.entries
+    )
+    blocks = markdown.blocks(converted)
+    title = page.title or markdown.first_title(converted, blocks)
+    return Document(converted, structure.join_entries(blocks, entries), title=title)
+
+
+def _from_texinfo(source: str, settings: ChunkingSettings) -> Document:
+    """A Texinfo manual's source through the HTML converter (`texinfo.py`); as text where that shows nothing."""
+    page = texinfo.convert(source)
+    if not visible(page.markdown):
+        return _from_text(source, None)
     converted, entries = markdown.split_large_tables_moving(
         page.markdown, settings.table_max_tokens, settings.encoding, page.entries
     )
