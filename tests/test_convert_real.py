@@ -55,8 +55,8 @@ def mostly_navigation(text: str) -> bool:
 def test_every_real_document_converts_with_exact_offsets(name: str) -> None:
     d = doc(name)
     assert_tiles(d)
-    # No metadata, no heading left; an info file's title is its first node's, which plain text does not mark.
-    untitled = {"officer-table-complex.docx", "beamer-userguide-index-p226-p227.pdf", "bash.info.gz",
+    # No metadata, no heading left.
+    untitled = {"officer-table-complex.docx", "beamer-userguide-index-p226-p227.pdf",
                 "doxygen-manual-p29-p105.pdf", "arphic-ARPHICPL-gb.txt", "jed-changelog-excerpt.txt",
                 "mgp-sample-fr.mgp", "nkf.doc.gz"}  # fmt: skip
     untitled |= {"postgresql-common-dependencies.svg"}  # an SVG without a <title>
@@ -473,6 +473,8 @@ def test_gzipped_files_read_as_what_they_hold_named_by_the_name_inside() -> None
     assert info.markdown.startswith("This is bash.info, produced by makeinfo version 6.8 from bashref.texi.\n")
     assert "\x00" not in info.markdown and "\b" not in info.markdown and "\n[index]\n" in info.markdown
     assert {"1 Introduction", "3.5.4 Command Substitution", "D.5 Concept Index"} <= set(headings(info))
+    # titled by its Top node's heading, not by its file name: every chapter is underlined as that heading is
+    assert info.title == "Bash Features"
 
 
 def test_an_html_list_without_end_tags_is_one_item_a_line() -> None:

@@ -372,5 +372,6 @@ def _from_pod(source: str) -> Document:
 
 def _from_text(source: str, dialect: str | None) -> Document:
     blocks = text.blocks(source, dialect)
-    found = text.title(source, dialect) or markdown.first_title(source, blocks) or markdown.sole_top_heading(blocks)
+    found = text.title(source, dialect) or (text.info_title(source) if dialect is None else None)
+    found = found or markdown.first_title(source, blocks) or markdown.sole_top_heading(blocks)
     return Document(source, blocks, title=found)
