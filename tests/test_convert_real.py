@@ -886,3 +886,15 @@ def test_a_definition_list_with_a_table_too_large_keeps_its_entries_in_place() -
 
     assert len(entries(whole)) > 40 and entries(split) == entries(whole), "every entry starts at its term"
     assert "operator.iadd(*a*, *b*)" in entries(split)
+
+
+def test_markdown_under_another_name_is_read_as_markdown() -> None:
+    """ikiwiki's pages (Debian's wiki engine) are Markdown named `.mdwn`: read as plain text, their `## Example`
+    headings were paragraphs and nothing had a section path."""
+    d = doc("ikiwiki-directive-template.mdwn")
+    assert_tiles(d)
+    assert d.markdown == (REAL / "ikiwiki-directive-template.mdwn").read_text()  # Markdown is kept as written
+    assert headings(d) == ["Example", "Using a template", "Creating a template"]
+    code = next(b for b in d.blocks if 'id=note text="""Here is the text' in d.markdown[b.start : b.end])
+    assert code.kind == "code" and code.section_path == ("Example",)
+    assert all(mime_for_path(f"page{suffix}") == "text/markdown" for suffix in (".mdwn", ".mkd", ".mdown", ".mdx"))

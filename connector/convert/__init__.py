@@ -81,9 +81,12 @@ XML = ("application/xml", "text/xml", DOCBOOK, "application/x-docbook+xml")
 MAX_DOCUMENT_BYTES = int(Settings.model_fields["max_document_mb"].default * 1_000_000)
 """The size limit a gzip file's content keeps to when the caller gives none: `max_document_mb`'s default."""
 
+_MARKDOWN_NAMES = (".mdwn", ".mdown", ".mkd", ".mkdn", ".mkdown", ".mdtext", ".mdtxt", ".livemd", ".ronn", ".mdx")
 MIME_BY_SUFFIX = {
     ".md": "text/markdown",
     ".markdown": "text/markdown",
+    # the other names Markdown goes by (ikiwiki's `.mdwn`, `.mkd`, `.mdown`); MDX is Markdown with JSX in it
+    **dict.fromkeys(_MARKDOWN_NAMES, "text/markdown"),
     ".rmd": "text/markdown",
     ".qmd": "text/markdown",
     ".txt": "text/plain",
