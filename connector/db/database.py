@@ -106,6 +106,12 @@ def guard_session(conn: psycopg.Connection, lease_seconds: int) -> None:
         (current,) = conn.execute("SELECT current_setting('idle_in_transaction_session_timeout')").fetchone()
     if current in ("0", "0ms"):
         conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)", (f"{lease_seconds}s",))
+    # The queue's protocol (SKIP LOCKED claims, the claim token checked under the write's row locks) is built for
+    # READ COMMITTED. A database or role whose default is SERIALIZABLE made replicas' claims, heartbeats and batch
+    # writes abort each other ("could not serialize access"): each abort was taken for an outage or cost the
+    # documents a try, and a batch was written again one document at a time.
+    with conn.transaction():  # committed, so that the setting outlives this block on any connection
+        conn.execute("SELECT set_config('default_transaction_isolation', 'read committed', false)")
 
 
 class MissingPrivilege(TransientError, psycopg.errors.InsufficientPrivilege):
