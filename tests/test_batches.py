@@ -404,6 +404,11 @@ def test_the_kubernetes_manifests_use_settings_and_commands_that_exist() -> None
     assert spec["terminationGracePeriodSeconds"] > grace, "the batch in hand is finished or handed back before SIGKILL"
     probe = spec["containers"][0]["readinessProbe"]["httpGet"]
     assert probe["path"] == "/health"
+    # Liveness asks nothing of the database (see test_http_search: /live answers 200 while it is down): on /health,
+    # an outage restarted every replica into crash-loop backoff.
+    from connector.web.app import PATHS
+
+    assert spec["containers"][0]["livenessProbe"]["httpGet"]["path"] == "/live" and "/live" in PATHS
 
 
 @pytest.mark.parametrize("size", [1, 7])

@@ -170,6 +170,10 @@ def test_search_answers_503_while_the_database_is_down(migrated_dsn: str, start_
             assert password not in r.text
         health = http.get("/health")
         assert health.status_code == 503 and password not in health.text
+        # /live, for a liveness probe, asks nothing of the database: an outage restarts no replica
+        live = http.get("/live")
+        assert live.status_code == 200 and live.json()["status"] == "ok", live.text
+        assert live.json()["workers_alive"] == live.json()["workers"] > 0
         page = http.get("/ui/")  # the web UI's pages say the same, as a page
         assert page.status_code == 503 and "database unreachable: " in page.text and password not in page.text
         assert page.headers["content-type"].startswith("text/html")

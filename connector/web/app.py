@@ -1,5 +1,5 @@
-"""The Starlette app of the sidecar's HTTP port: `/health`, `/metrics` and `/search` (and the web UI's routes,
-`connector.web.ui`, when it is on).
+"""The Starlette app of the sidecar's HTTP port: `/health`, `/live`, `/metrics` and `/search` (and the web UI's
+routes, `connector.web.ui`, when it is on).
 
 Every endpoint does blocking work (a connection to count the queue, an embedding and a query): it runs on the
 server's own thread pools, never on the event loop. Health checks have their own pool, so that slow searches
@@ -31,7 +31,7 @@ from connector.web.searcher import Searcher
 
 log = logging.getLogger(__name__)
 
-PATHS = ("/health", "/metrics", "/search")
+PATHS = ("/health", "/metrics", "/search", "/live")
 
 MAX_BODY_BYTES = 64 * 1024
 """A search request is a question and a filter: a larger body is refused (400) before it is all read."""
@@ -62,6 +62,16 @@ def build_app(
     async def health_endpoint(_request: Request) -> Response:
         report = await blocking(health_pool, health.snapshot)
         return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
+
+    async def live_endpoint(_request: Request) -> Response:
+        # For a liveness probe: whether this process still serves, without the database. Restarting replicas
+        # mends no outage (a sidecar waits for its database), and a probe on /health killed every replica once the
+        # database, or a free connection to it, was gone for a few probes: they then exited at once on start
+        # ("cannot connect") and waited out the kubelet's crash-loop backoff after the database was back.
+        alive = health.workers_alive()
+        ok = alive == health.workers
+        report = {"status": "ok" if ok else "degraded", "workers": health.workers, "workers_alive": alive}
+        return JSONResponse(report, status_code=200 if ok else 503)
 
     async def metrics_endpoint(_request: Request) -> Response:
         await blocking(health_pool, health.snapshot)  # the queue and database gauges are read at scrape time
@@ -99,6 +109,7 @@ def build_app(
     return Starlette(
         routes=[
             Route("/health", health_endpoint, methods=["GET"]),
+            Route("/live", live_endpoint, methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
             Route("/search", search_endpoint, methods=["GET", "POST"]),
             *extra,
