@@ -282,6 +282,10 @@ class _WorkerThread(threading.Thread):
                 self.stop.wait(self.backoff)
                 self.backoff = min(self.backoff * 2, _MAX_BACKOFF)
             except (psycopg.Error, TransientError) as exc:
+                if self.stop.is_set():
+                    # Leaving, and the embedded server with us (a second Ctrl-C stops it at once): no outage to
+                    # report or retry; what this thread held is handed back by `_release`.
+                    return
                 if isinstance(exc, psycopg.Error) and not self._lost(exc):
                     log.exception("worker %s stopped", self.name)
                     self.fatal = FatalError(f"worker {self.name} stopped: {type(exc).__name__}: {exc}")

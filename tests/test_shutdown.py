@@ -212,3 +212,26 @@ def _victim(pool: set[int]) -> int:
 def _done(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
         return conn.execute("SELECT count(*) FROM connector.documents WHERE status = 'done'").fetchone()[0]
+
+
+def test_two_ctrl_c_with_the_embedded_server_stop_it_with_no_outage_reported(tmp_path: Path, start_process) -> None:
+    """`make run`, a big document in hand, Ctrl-C twice: the embedded server stops at once with the sidecar. An idle
+    worker thread, still polling, met the server going away and logged "database unavailable (server closed the
+    connection unexpectedly...); retrying in 1 s" (2 of 3 tries by hand): an outage where there was none."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    env = {**ENV, "CONNECTOR_WORKERS": "4"}  # idle threads polling: each a chance to meet the server leaving
+    proc = start_process("run", "--watch", str(inbox), "--embedder", "fake", **env)
+    wait_for(lambda: "query the chunks with" in output_of(proc), timeout=120, what="sidecar start")
+    (inbox / "big.txt").write_text(BIG)
+    dsn = f"postgresql://postgres:@/postgres?host={tmp_path / 'state' / 'pgdata'}"
+    wait_for(lambda: _processing(dsn), timeout=60, what="the big document claimed")
+    time.sleep(2)  # in the pipeline, the other worker thread polling
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    assert _exit_code(proc) == 130, output_of(proc)
+    out = output_of(proc)
+    assert "returned to the queue unfinished" in out and "stopped at once" in out
+    assert "database unavailable" not in out and "Traceback" not in out, out
+    assert not (tmp_path / "state" / "pgdata" / "postmaster.pid").exists(), "embedded server left running"
