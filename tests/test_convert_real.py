@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connector.convert import convert, markdown, mime_for_path, pdf_layout, sniff
+from connector.convert import convert, markdown, mime_for_path, pdf_layout, sniff, text
 from connector.db.database import connect
 from connector.db.store import Store
 from connector.errors import ConversionError
@@ -65,6 +65,7 @@ def test_every_real_document_converts_with_exact_offsets(name: str) -> None:
     # tables: a CSV has no title, the workbooks have none in their properties (a sheet's name is not the file's)
     untitled |= {"penguins.csv", "readxl-datasets.xlsx", "readxl-deaths.xlsx", "penguins-by-species.ods"}
     untitled |= {"readxl-datasets.xls", "readxl-deaths.xls"}  # xlrd reads no document properties
+    untitled |= {"bc.info.gz"}  # its Top node has no heading, only a menu
     untitled |= {"gworkspace-help-recycler.rtf"}  # no \info title, and its "The Recycler" is only set large
     assert d.title or name in untitled, "the others say what they are called"
     if d.page_starts:
@@ -470,11 +471,54 @@ def test_gzipped_files_read_as_what_they_hold_named_by_the_name_inside() -> None
     assert headings(bash) == BASH_HEADINGS
     assert bash == convert(gzip.decompress((REAL / "bash.html.gz").read_bytes()), "text/html", CHUNKING)
     info = doc("bash.info.gz")  # texinfo's `\0\b[index\0\b]` marks: ten NULs in 570 KB of text
-    assert info.markdown.startswith("This is bash.info, produced by makeinfo version 6.8 from bashref.texi.\n")
-    assert "\x00" not in info.markdown and "\b" not in info.markdown and "\n[index]\n" in info.markdown
+    assert info.markdown.startswith("This text is a brief description of the features that are present in the\n")
+    assert "\x00" not in info.markdown and "\b" not in info.markdown and "[index]" not in info.markdown
     assert {"1 Introduction", "3.5.4 Command Substitution", "D.5 Concept Index"} <= set(headings(info))
     # titled by its Top node's heading, not by its file name: every chapter is underlined as that heading is
     assert info.title == "Bash Features"
+
+
+_INFO_APPARATUS = re.compile(
+    r"^(?:File: [^\n]*Node: |\* Menu:|Tag Table:|End Tag Table|Local Variables:|INFO-DIR-SECTION|START-INFO-DIR-ENTRY"
+    r"|This is \S+\.info, produced by makeinfo)",
+    re.MULTILINE,
+)
+
+
+@pytest.mark.parametrize("name", ["bash.info.gz", "bc.info.gz"])
+def test_an_info_manual_keeps_its_text_and_headings_without_node_lines_menus_or_tag_table(name: str) -> None:
+    """Read as text, an info manual kept its `File: bash.info,  Node: …,  Next: …` line above all 132 nodes, its
+    menus of node links (`* Menu:`, 32 of them, the indexes too) and its tag table: paragraphs in every chunk naming
+    sections and answering nothing. They are gone; every line left is one of the file's lines, in order, every
+    paragraph of prose is still there, and the headings and section paths are those of the file read whole."""
+    raw = sniff.decode(gzip.decompress((REAL / name).read_bytes()))
+    d = doc(name)
+    assert_tiles(d)
+    assert not _INFO_APPARATUS.search(d.markdown)
+    assert not re.search(r"^\* [^\n]*::", d.markdown, re.MULTILINE), "no menu entry"
+    lines = iter(raw.splitlines())
+    assert all(any(line == other for other in lines) for line in d.markdown.splitlines()), "the file's lines, in order"
+    prose = [p for p in re.split(r"\n\s*\n", raw) if p.startswith("   ") and not re.search(r"^\* ", p, re.MULTILINE)]
+    assert len(prose) > 40 and all(p in d.markdown for p in prose), "no paragraph of text lost"
+    whole = [(d.markdown[b.start : b.end].split("\n")[0], b.section_path) for b in d.blocks if b.kind == "heading"]
+    read_whole = text.blocks(raw)
+    assert whole == [(raw[b.start : b.end].split("\n")[0], b.section_path) for b in read_whole if b.kind == "heading"]
+    kept = doc(name, keep_navigation=True)  # as a PDF's contents pages: the menus stay when asked for
+    assert "\n* Menu:\n" in kept.markdown and not re.search(r"^File: ", kept.markdown, re.MULTILINE)
+
+
+def test_text_after_an_info_menu_is_kept_and_a_described_menu_goes() -> None:
+    """A menu runs to its last entry, not to the node's end: bc's "Statements" node lists its one subnode first and
+    then explains statements; bash's menus describe each entry ("An introduction to the shell.") in words its
+    nodes say again under their headings."""
+    bc = doc("bc.info.gz")
+    statements = bc.markdown.index("Statements (as in most algebraic languages) provide the sequencing of\n")
+    assert bc.section_path_at(statements) == ("4 Statements",)
+    assert bc.markdown.startswith("1 Introduction\n**************\n\n1.1 Description\n"), "Top holds only a menu"
+    bash = doc("bash.info.gz")
+    assert "An introduction to the shell." not in bash.markdown
+    assert bash.markdown.count("What is Bash?") == 1, "its heading, not the Introduction's menu entry"
+    assert doc("bash.info.gz", keep_navigation=True).markdown.count("What is Bash?") == 2
 
 
 def test_an_html_list_without_end_tags_is_one_item_a_line() -> None:

@@ -3,7 +3,7 @@
 One module per input format; each produces Markdown (or keeps the user's text as it is) and its blocks:
 - Markdown (and R Markdown, Quarto): the text unchanged, blocks from a CommonMark parser;
 - plain text, AsciiDoc, Org, LaTeX, source code, any other text: the text unchanged, paragraphs and the dialect's
-  headings (`text.py`);
+  headings (`text.py`); GNU info manuals as text without their node lines, menus and tag table (`info.py`);
 - reStructuredText (`.rst`): parsed by docutils, written as HTML, then converted as HTML (`rst.py`); DocBook and
   Mallard XML (`.docbook`, `.dbk`, `.page`, an `.xml` that says it is one): mapped to HTML, then converted as HTML
   (`docbook.py`); Texinfo (`.texi`): its commands mapped to HTML, then converted as HTML (`texinfo.py`);
@@ -32,6 +32,7 @@ from connector.convert import (
     docbook,
     epub,
     html,
+    info,
     mail,
     markdown,
     notebook,
@@ -214,7 +215,9 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
     elif mime in TEXINFO:
         document = _from_texinfo(decode(data), settings)
     elif mime.startswith("text/") and mime not in XML:
-        document = _from_text(decode(data), _TEXT_DIALECT.get(mime))
+        source, dialect = decode(data), _TEXT_DIALECT.get(mime)
+        is_info = dialect is None and info.is_info(source)  # `bash.info` saved as `.txt`
+        document = _from_info(source, settings) if is_info else _from_text(source, dialect)
     else:
         document = _sniffed(data, labelled, settings)
     if not visible(document.markdown):  # each converter says why in its terms; this holds for any format
@@ -254,6 +257,8 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
                 return _from_roff(source)
             if texinfo.looks_like_texinfo(source):
                 return _from_texinfo(source, settings)
+            if info.is_info(source):
+                return _from_info(source, settings)
             return _from_csv(source, settings, named=False)
     else:
         what = f"looks like {what}"
@@ -338,6 +343,15 @@ def _from_texinfo(source: str, settings: ChunkingSettings) -> Document:
     return Document(converted, structure.join_entries(blocks, entries), title=title)
 
 
+def _from_info(source: str, settings: ChunkingSettings) -> Document:
+    """A GNU info manual as text without its node lines, tag table and (as a PDF's contents and index pages, unless
+    `keep_navigation`) its menus and indexes; titled by its Top node (`info.py`)."""
+    cleaned = info.clean(source, keep_menus=settings.keep_navigation)
+    if not visible(cleaned):  # all apparatus (a split manual's main file holds little else)
+        cleaned = source
+    return _from_text(cleaned, None, title=info.title(source))
+
+
 def _from_roff(source: str) -> Document:
     page = roff.convert(source)
     if not visible(page.markdown):
@@ -373,8 +387,8 @@ def _from_pod(source: str) -> Document:
     return Document(page.markdown, blocks, title=page.title or markdown.first_title(page.markdown, blocks))
 
 
-def _from_text(source: str, dialect: str | None) -> Document:
+def _from_text(source: str, dialect: str | None, title: str | None = None) -> Document:
     blocks = text.blocks(source, dialect)
-    found = text.title(source, dialect) or (text.info_title(source) if dialect is None else None)
+    found = title or text.title(source, dialect)
     found = found or markdown.first_title(source, blocks) or markdown.sole_top_heading(blocks)
     return Document(source, blocks, title=found)

@@ -34,11 +34,6 @@ _TITLES = {
     "org": re.compile(r"^#\+TITLE:[ \t]*(?P<title>\S.*?)[ \t]*$", re.MULTILINE | re.IGNORECASE),
     "tex": re.compile(r"\\title(?:\[[^\]\n]*\])?\{(?P<title>[^{}\n]+)\}"),
 }
-# A GNU info file (`makeinfo`'s output, read as text): its title is the heading of its Top node, the first
-# `*`-underlined line after the `File: x.info,  Node: Top,` line. Its chapters are underlined the same way, so
-# neither the first heading nor a sole top-level one named it.
-_INFO_OPENING = re.compile(r"\AThis is [^\n]*\binfo\b[^\n]*\bproduced by makeinfo\b")
-_INFO_TOP = re.compile(r"^File: [^\n,]+,[ \t]+Node: Top,[^\n]*\n\n(?P<title>\S[^\n]*)\n\*+[ \t]*$", re.MULTILINE)
 _ADOC_ATTRIBUTE = re.compile(r"^:(?P<name>[\w-]+):[ \t]*(?P<value>.*?)[ \t]*$", re.MULTILINE)
 
 
@@ -163,14 +158,6 @@ def title(text: str, dialect: str | None) -> str | None:
         value = re.sub(r"\{([\w-]+)\}", lambda a: attributes.get(a.group(1), a.group(0)), value)
     value = plain_title(value, dialect)
     return value[:300] or None
-
-
-def info_title(text: str) -> str | None:
-    """The title of a GNU info manual: its Top node's heading (`Bash Features`), None for any other text."""
-    if not _INFO_OPENING.match(text):
-        return None
-    found = _INFO_TOP.search(text)
-    return " ".join(found.group("title").split())[:300] if found else None
 
 
 PLAIN_TITLE_MAX_CHARS = 1_000  # a longer heading keeps its markup: `"= " + "_a " * 10000` took 5.6 s to clean
