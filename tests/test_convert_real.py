@@ -66,6 +66,8 @@ def test_every_real_document_converts_with_exact_offsets(name: str) -> None:
     untitled |= {"penguins.csv", "readxl-datasets.xlsx", "readxl-deaths.xlsx", "penguins-by-species.ods"}
     untitled |= {"readxl-datasets.xls", "readxl-deaths.xls"}  # xlrd reads no document properties
     untitled |= {"bc.info.gz"}  # its Top node has no heading, only a menu
+    # prose, then several headings of one level: none names the whole (ikiwiki titles the page by its file name)
+    untitled |= {"ikiwiki-directive-template.mdwn", "emacs-TUTORIAL.ja-excerpt"}
     untitled |= {"gworkspace-help-recycler.rtf"}  # no \info title, and its "The Recycler" is only set large
     assert d.title or name in untitled, "the others say what they are called"
     if d.page_starts:
@@ -942,3 +944,23 @@ def test_markdown_under_another_name_is_read_as_markdown() -> None:
     code = next(b for b in d.blocks if 'id=note text="""Here is the text' in d.markdown[b.start : b.end])
     assert code.kind == "code" and code.section_path == ("Example",)
     assert all(mime_for_path(f"page{suffix}") == "text/markdown" for suffix in (".mdwn", ".mkd", ".mdown", ".mdx"))
+
+
+def test_a_markdown_page_is_titled_by_its_meta_directive_or_front_matter_not_by_a_section_heading() -> None:
+    """A page whose highest headings were `##` took the first as its title: ikiwiki's template page, three paragraphs
+    and then `## Example`, `## Using a template`, was called "Example", and its formatting page "# h1" (an example
+    of a heading, halfway down). A heading names the page when it opens it or is alone at its level; ikiwiki's
+    `[[!meta title="…"]]` and TOML front matter (Hugo, Zola: `+++`, `title = "…"`) name it before any heading."""
+    assert doc("ikiwiki-directive-template.mdwn").title is None
+    page = doc("ikiwiki-formatting.mdwn")
+    assert page.title == "Formatting wiki pages"
+    assert page.markdown == (REAL / "ikiwiki-formatting.mdwn").read_text()
+    assert headings(page)[0] == "# h1", "the example headings stay headings"
+    docker = FIXTURES / "dockerfile-reference.md"  # YAML front matter's title, before its `## Usage`
+    assert convert(docker.read_bytes(), "text/markdown", CHUNKING).title == "Dockerfile reference"
+    # No Debian package found ships a Hugo or Zola page; this one is written as Hugo's documentation shows them.
+    hugo = '+++\ntitle = "Install Hugo"\ndate = 2023-03-16\ndraft = false\n+++\n\nHugo is a static site generator.\n'
+    d = convert(hugo.encode(), "text/markdown", CHUNKING)
+    assert d.title == "Install Hugo" and d.markdown == hugo
+    first_lines = [(b.kind, d.markdown[b.start : b.end].split("\n")[0]) for b in d.blocks]
+    assert first_lines == [("code", "+++"), ("paragraph", "Hugo is a static site generator.")], "metadata, one block"

@@ -14,8 +14,10 @@ from connector.models import Block
 _PARSER = MarkdownIt("commonmark").enable("table")
 # YAML front matter opens with a key: a page that starts with a rule (texi2html's `<hr>` above the
 # chapter title) and has another further down was all "front matter", one code block without a heading.
+# Hugo's and Zola's TOML front matter sits between `+++` lines, a `key = value` first.
 _FRONT_MATTER = re.compile(
-    r"\A---[ \t]*\n(?=[\w\"'.-][^\n:]*:(?:[ \t]|$))(?:.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)",
+    r"\A---[ \t]*\n(?=[\w\"'.-][^\n:]*:(?:[ \t]|$))(?:.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)"
+    r"|\A\+\+\+[ \t]*\n(?=[\w\"'.-][^\n=]*=|\[)(?:.*?\n)?\+\+\+[ \t]*(?:\n|\Z)",
     re.DOTALL | re.MULTILINE,
 )
 _CAPTION = re.compile(r"^(?:\*\*|_)?(?:Figure|Fig\.|Table|Listing)\s+[\dA-Z][\w.-]*[:.]", re.IGNORECASE)
@@ -45,7 +47,7 @@ def blocks(text: str, page_starts: tuple[int, ...] = ()) -> tuple[Block, ...]:
     titles: dict[int, tuple[int, str]] = {}  # span start → (level, title) for headings
     body_start = 0
     if m := _FRONT_MATTER.match(text):
-        spans.append((0, m.end(), "code"))  # YAML front matter: metadata, kept whole
+        spans.append((0, m.end(), "code"))  # YAML or TOML front matter: metadata, kept whole
         body_start = m.end()
     tokens = _PARSER.parse(text[body_start:])
     first_line = text.count("\n", 0, body_start)
@@ -173,7 +175,9 @@ def _caption_of(text: str, spans: tuple[Block, ...], i: int) -> str:
 
 def first_title(text: str, blocks: tuple[Block, ...], max_page: int | None = None) -> str | None:
     """The document's title as its own text gives it: the first heading of its top level, when that heading comes
-    before any other heading (and, for paged documents, on one of the first `max_page` pages). None otherwise."""
+    before any other heading (and, for paged documents, on one of the first `max_page` pages), and either opens the
+    document or is the only heading of its level. None otherwise: a wiki page of prose and then `## Example`,
+    `## Using a template` is not called "Example"."""
     headings = [b for b in blocks if b.kind == "heading" and b.section_path]
     if not headings:
         return None
@@ -183,10 +187,25 @@ def first_title(text: str, blocks: tuple[Block, ...], max_page: int | None = Non
     if len(first.section_path) != 1 or re.match(r"\d+(?:\.\d+)*\.?\s", first.section_path[0]):
         return None  # "1 Introduction" is the first section, not the document's title
     level = _level(text[first.start : first.end])
-    if level is None or any((lv := _level(text[h.start : h.end])) is not None and lv < level for h in headings):
+    levels = [_level(text[h.start : h.end]) for h in headings[1:]]
+    if level is None or any(lv is not None and lv < level for lv in levels):
         return None
+    if level in levels and _words_before(text, blocks, first.start):
+        return None  # one of several sections of that level, after the page's own text
     title = first.section_path[0].strip()
     return title if 0 < len(title) <= 200 else None
+
+
+# What names nothing before a page's first heading: badges and logos (images, links' targets), HTML tags, ikiwiki
+# directives (`[[!meta …]]`, `[[!toc]]`).
+_NOT_WORDS = re.compile(r"!\[[^\]]*\]\([^)]*\)|\]\([^)]*\)|<[^>]*>|\[\[![^\]]*\]\]")
+
+
+def _words_before(text: str, blocks: tuple[Block, ...], offset: int) -> bool:
+    """Whether the prose before `offset` says anything: three words or more in its paragraphs and lists (front matter
+    and tables, GnuTLS's table of CI badges, left out)."""
+    before = (text[b.start : b.end] for b in blocks if b.start < offset and b.kind in ("paragraph", "list"))
+    return len(re.findall(r"\w{2,}", _NOT_WORDS.sub(" ", " ".join(before)))) >= 3
 
 
 def sole_top_heading(blocks: tuple[Block, ...]) -> str | None:
@@ -210,12 +229,28 @@ def _level(heading: str) -> int | None:
     return (1 if lines[-1].lstrip().startswith("=") else 2) if len(lines) >= 2 else None
 
 
-_FRONT_MATTER_TITLE = re.compile(r"^title:[ \t]*(?P<q>[\"']?)(?P<title>.+?)(?P=q)[ \t]*$", re.MULTILINE)
+_FRONT_MATTER_TITLE = re.compile(
+    r"^title[ \t]*(?::|(?P<toml>=))[ \t]*(?P<q>[\"']?)(?P<title>.+?)(?P=q)[ \t]*$", re.MULTILINE
+)
+# ikiwiki's `[[!meta title="…"]]` directive, on a line of its own (an escaped `\[[!meta …]]` shows the syntax)
+_IKIWIKI_TITLE = re.compile(
+    r'^\[\[!meta\s+title=(?:"""(?P<long>.+?)"""|"(?P<title>[^"\n]+)"|(?P<bare>[^\s\]"]+))', re.M | re.S
+)
 
 
 def front_matter_title(text: str) -> str | None:
-    """`title:` of a YAML front matter block (R Markdown, Quarto, Jekyll, Hugo), when it is a plain string."""
+    """`title:` of a YAML front matter block (R Markdown, Quarto, Jekyll, Hugo), `title = "…"` of TOML front matter
+    (Hugo, Zola), when it is a plain string; else the title of an ikiwiki `[[!meta title="…"]]` directive."""
     m = _FRONT_MATTER.match(text)
     found = _FRONT_MATTER_TITLE.search(m.group(0)) if m else None
-    title = " ".join(found.group("title").split()) if found else ""
-    return title if title and not title.startswith(("|", ">", "!", "`r")) else None
+    if found is not None and bool(found.group("toml")) == m.group(0).startswith("+++"):
+        title = " ".join(found.group("title").split())
+        if title and not title.startswith(("|", ">", "!", "`r")):
+            return title[:300]
+    directive = _IKIWIKI_TITLE.search(text)
+    title = (
+        " ".join((directive.group("long") or directive.group("title") or directive.group("bare")).split())
+        if directive
+        else ""
+    )
+    return title[:300] or None
