@@ -65,6 +65,7 @@ def test_every_real_document_converts_with_exact_offsets(name: str) -> None:
     # tables: a CSV has no title, the workbooks have none in their properties (a sheet's name is not the file's)
     untitled |= {"penguins.csv", "readxl-datasets.xlsx", "readxl-deaths.xlsx", "penguins-by-species.ods"}
     untitled |= {"readxl-datasets.xls", "readxl-deaths.xls"}  # xlrd reads no document properties
+    untitled |= {"olefile-test-ole-file.doc"}  # one paragraph; its properties name an author only
     untitled |= {"bc.info.gz"}  # its Top node has no heading, only a menu
     # prose, then several headings of one level: none names the whole (ikiwiki titles the page by its file name)
     untitled |= {"ikiwiki-directive-template.mdwn", "emacs-TUTORIAL.ja-excerpt"}
@@ -964,3 +965,42 @@ def test_a_markdown_page_is_titled_by_its_meta_directive_or_front_matter_not_by_
     assert d.title == "Install Hugo" and d.markdown == hugo
     first_lines = [(b.kind, d.markdown[b.start : b.end].split("\n")[0]) for b in d.blocks]
     assert first_lines == [("code", "+++"), ("paragraph", "Hugo is a static site generator.")], "metadata, one block"
+
+
+def test_a_word_97_2003_document_is_read_with_its_title_headings_lists_and_tables() -> None:
+    """A `.doc` (the OLE2 Word binary) failed as "a Word 97-2003 document (.doc); save it as DOCX or ODT". Debian's
+    antiword reads it as DocBook, which the DocBook converter reads like any other; a `.doc` under another name too."""
+    d = doc("officer-example.doc")
+    assert_tiles(d)
+    assert d.title == "document title"
+    assert headings(d)[:3] == ["document title", "Title 1", "Title 2"]
+    lorem = d.markdown.index("Lorem ipsum dolor sit amet, consectetur adipiscing elit.")
+    assert d.section_path_at(lorem) == ("document title", "Title 1")
+    assert "1. Quisque tristique\n2. Augue nisi, et convallis\n" in d.markdown, "a numbered list"
+    assert any(b.kind == "table" and "Merged cell" in d.markdown[b.start : b.end] for b in d.blocks)
+    data = (REAL / "officer-example.doc").read_bytes()
+    assert convert(data, "application/octet-stream", CHUNKING) == d, "its bytes say what it is"
+    word = doc("olefile-test-ole-file.doc")  # saved by Word itself
+    assert word.markdown == "Test OLE file, saved as Word 97-2003 Document.\n"
+
+
+def test_a_damaged_encrypted_or_unreadable_word_document_fails_saying_why(monkeypatch) -> None:
+    """antiword runs as a child process on a temporary copy, under a time and an address-space limit; what it says
+    of a file it cannot read is the document's error. Without antiword the error names the package to install."""
+    from connector.convert import word
+
+    data = (REAL / "officer-example.doc").read_bytes()
+    with pytest.raises(ConversionError, match="is not a Word Document"):
+        convert(data[:12000], "application/msword", CHUNKING)  # cut short: its streams end early
+    fib = next(i for i in range(512, len(data), 512) if data[i : i + 2] == b"\xec\xa5")  # the FIB's magic
+    encrypted = bytearray(data)
+    encrypted[fib + 0x0B] |= 0x01  # fEncrypted, as Word sets it for a password-protected document
+    with pytest.raises(ConversionError, match="Encrypted documents are not supported"):
+        convert(bytes(encrypted), "application/msword", CHUNKING)
+    monkeypatch.setattr(word, "MEMORY_BYTES", 2 << 20)  # the limit holds: under it antiword cannot even start
+    with pytest.raises(ConversionError, match="cannot be read by antiword"):
+        convert(data, "application/msword", CHUNKING)
+    monkeypatch.undo()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ConversionError, match=r"antiword, which is not installed \(Debian: apt-get install antiword\)"):
+        convert(data, "application/msword", CHUNKING)

@@ -10,7 +10,8 @@ One module per input format; each produces Markdown (or keeps the user's text as
 - HTML: the page's main content converted to Markdown, then parsed as Markdown;
 - man pages (roff, man(7) or mdoc(7)), Perl POD, Jupyter notebooks, e-mail (`.eml`) and SVG images: converted to
   Markdown (`roff.py`, `pod.py`, `notebook.py`, `mail.py`, `svg.py`), then parsed as Markdown;
-- PDF: see `pdf.py`; DOCX, PPTX, ODT: `office.py`; ODP: `odp.py`; RTF: `rtf.py`; EPUB: `epub.py`;
+- PDF: see `pdf.py`; DOCX, PPTX, ODT: `office.py`; ODP: `odp.py`; RTF: `rtf.py`; EPUB: `epub.py`; DOC (Word
+  97-2003): antiword's DocBook, converted as DocBook (`word.py`);
 - CSV and TSV (by name, or by content when the name says nothing): one Markdown table (`tabular.py`); XLSX, XLS
   and ODS: a section per sheet holding its table (`spreadsheet.py`).
 What a file is comes from its bytes where they say it (`%PDF-`, a ZIP's parts, an OLE2 file's streams, HTML's
@@ -50,6 +51,7 @@ from connector.convert import (
     tabular,
     texinfo,
     text,
+    word,
 )
 from connector.convert.sniff import decode
 from connector.errors import ConversionError, UnsupportedDocument
@@ -63,6 +65,7 @@ ODT = "application/vnd.oasis.opendocument.text"
 ODP = "application/vnd.oasis.opendocument.presentation"
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 XLS = "application/vnd.ms-excel"
+DOC = "application/msword"
 ODS = "application/vnd.oasis.opendocument.spreadsheet"
 CSV = ("text/csv", "text/tab-separated-values", "text/tsv")
 EPUB = "application/epub+zip"
@@ -103,6 +106,7 @@ MIME_BY_SUFFIX = {
     ".xhtml": "application/xhtml+xml",
     ".pdf": "application/pdf",
     ".docx": DOCX,
+    ".doc": DOC,
     ".pptx": PPTX,
     ".odt": ODT,
     ".odp": ODP,
@@ -184,6 +188,8 @@ def _convert(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         document = _split_tables(spreadsheet.xlsx(data), settings)
     elif mime == XLS and sniff.magic(data) == sniff.LEGACY_OFFICE:  # no `.doc` named `.xls`; a damaged one: xlrd says
         document = _split_tables(spreadsheet.xls(data), settings)
+    elif mime == DOC and data.startswith(sniff.OLE2):  # a `.doc` that is RTF or text is read as what it is
+        document = _from_word(data, settings)
     elif mime == ODS:
         document = _split_tables(spreadsheet.ods(data), settings)
     elif mime in CSV:
@@ -264,7 +270,7 @@ def _sniffed(data: bytes, labelled: str, settings: ChunkingSettings) -> Document
         what = f"looks like {what}"
     label = "" if labelled in ("", OCTET) else f" {labelled!r}"
     raise UnsupportedDocument(
-        f"unsupported file type{label} ({what}); supported: PDF, DOCX, PPTX, ODT, ODP, RTF, EPUB, XLSX, XLS, ODS, "
+        f"unsupported file type{label} ({what}); supported: PDF, DOCX, DOC, PPTX, ODT, ODP, RTF, EPUB, XLSX, XLS, ODS, "
         "HTML, Markdown, CSV and any text, each also gzipped"
     )
 
@@ -322,6 +328,10 @@ def _from_docbook(data: bytes, kind: str, settings: ChunkingSettings) -> Documen
     page = docbook.convert(data, kind)
     if not visible(page.markdown):
         return _from_text(sniff.decode_declared(data), None)
+    return _from_docbook_page(page, settings)
+
+
+def _from_docbook_page(page: docbook.Page, settings: ChunkingSettings) -> Document:
     converted, entries = markdown.split_large_tables_moving(
         page.markdown, settings.table_max_tokens, settings.encoding, page.entries
     )
@@ -341,6 +351,14 @@ def _from_texinfo(source: str, settings: ChunkingSettings) -> Document:
     blocks = markdown.blocks(converted)
     title = page.title or markdown.first_title(converted, blocks)
     return Document(converted, structure.join_entries(blocks, entries), title=title)
+
+
+def _from_word(data: bytes, settings: ChunkingSettings) -> Document:
+    """A Word 97-2003 document as antiword's DocBook (`word.py`), through the DocBook converter."""
+    page = docbook.convert(word.to_docbook(data), docbook.DOCBOOK)
+    if not visible(page.markdown):
+        raise ConversionError("Word document shows no text")
+    return _from_docbook_page(page, settings)
 
 
 def _from_info(source: str, settings: ChunkingSettings) -> Document:

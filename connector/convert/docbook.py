@@ -314,6 +314,8 @@ class _Writer:
             holder_name = etree.QName(holder).localname
         if self.names.get(holder_name) != _SECTIONS:
             return etree.SubElement(etree.SubElement(parent, "p"), "strong")
+        if not self._plain(source).strip():  # `<title/>`: antiword's chapter of a Word file without headings
+            return etree.Element("span")  # written nowhere: an empty heading has no name for a section path
         heading = etree.SubElement(parent, f"h{min(max(depth, 1), 6)}")
         if self.title is None and holder is self.root:
             self.title = " ".join(self._plain(source).split()) or None

@@ -134,9 +134,10 @@ _ZIP_MIMETYPES = (
 _OLE_STREAMS = (
     # the stream that holds the document: a workbook's is "Workbook" (BIFF8) or "Book" (BIFF5, Excel 5/95)
     ({"Workbook", "Book"}, "application/vnd.ms-excel"),
+    ({"WordDocument"}, "application/msword"),  # Word 97-2003, read by antiword (`word.py`)
 )
 _OLE_KINDS = (
-    ({"WordDocument"}, "a Word 97-2003 document (.doc); save it as DOCX or ODT"),
+    ({"WordDocument"}, "a Word 97-2003 document (.doc)"),
     ({"PowerPoint Document"}, "a PowerPoint 97-2003 presentation (.ppt); save it as PPTX or PDF"),
     ({"__properties_version1.0"}, "an Outlook message (.msg); save it as .eml"),
 )
@@ -157,7 +158,7 @@ def ole_streams(data: bytes) -> set[str]:
 def container(data: bytes) -> str | None:
     """The MIME type that a file's bytes state on their own: a PDF, a ZIP package whose parts say DOCX, PPTX,
     XLSX, EPUB, ODT, ODS or ODP (OPC part names; the OCF/ODF `mimetype` entry), or an OLE2 file holding an Excel
-    workbook (XLS), or RTF. None for anything else."""
+    workbook (XLS) or a Word document (DOC), or RTF. None for anything else."""
     if data.lstrip()[:5] == b"%PDF-":  # at the very start: other text may quote "%PDF-" in its first kilobyte
         return "application/pdf"
     if data.startswith(b"{\\rtf"):  # Word's "save as .doc" of RTF, mail attachments named `.txt`
