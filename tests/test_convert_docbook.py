@@ -113,3 +113,15 @@ def test_a_listing_inside_a_paragraph_is_a_code_block() -> None:
     d = convert(source, "application/xml", CHUNKING)
     assert "```\nKey (+|-) Modes\nUp+Shift\n```" in d.markdown
     assert block_with(d, "Up+Shift").kind == "code" and "and so on." in d.markdown
+
+
+def test_docbook_that_shows_nothing_as_docbook_is_read_as_text_in_its_charset() -> None:
+    """The fallback to plain text called a function this session's charset change had removed (AttributeError on
+    any such file). A DocBook file of only a comment, with words after its root and a Latin-1 byte, is text."""
+    data = (
+        b'<?xml version="1.0" encoding="ISO-8859-1"?>\n<!DOCTYPE book PUBLIC "-//OASIS//DTD DocBook XML V4.5//EN" '
+        b'"docbookx.dtd">\n<book><!-- caf\xe9 --></book>\nwords after the root\n'
+    )
+    d = convert(data, mime_for_path("empty.docbook"), CHUNKING)
+    assert_tiles(d)
+    assert d.markdown == data.decode("cp1252")

@@ -327,7 +327,7 @@ def _from_docbook(data: bytes, kind: str, settings: ChunkingSettings) -> Documen
     """DocBook or Mallard XML through the HTML converter (`docbook.py`); as text where it shows nothing that way."""
     page = docbook.convert(data, kind)
     if not visible(page.markdown):
-        return _from_text(sniff.decode_declared(data), None)
+        return _from_text(decode(data), None)
     return _from_docbook_page(page, settings)
 
 
