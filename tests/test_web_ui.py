@@ -464,9 +464,9 @@ def test_the_ui_can_be_turned_off_leaving_the_json_paths(settings, migrated_dsn:
                 assert answer.status_code == (200 if ui else 404)
                 assert http.get("/ui/static/ui.css").status_code == (200 if ui else 404)
                 if not ui:
-                    assert answer.json()["error"].endswith("the paths are /health, /metrics, /search")
+                    assert answer.json()["error"].endswith("the paths are /health, /metrics, /search, /live")
                 else:
                     assert "Documents" in answer.text and answer.headers["x-content-type-options"] == "nosniff"
-                    assert http.get("/nope").json()["error"].endswith("/search, /ui/")
+                    assert http.get("/nope").json()["error"].endswith("/search, /live, /ui/")
         finally:
             server.stop()
