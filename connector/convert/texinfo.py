@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html as html_text
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from connector.convert import html
@@ -75,6 +76,9 @@ class _Writer:
         self.out: list[str] = []
         self.paragraph: list[str] = []
         self.stack: list[list] = []  # [block name, what closes it, whether a `<dd>`/`<li>` is open]
+        # how many of each block are open: an `@end` asks without going through the stack (50,000 nested
+        # `@quotation`s under 50,000 `@itemize`s, each `@end itemize` looking past every quotation: 2 MB in minutes)
+        self.open: Counter[str] = Counter()
         self.inline = Inline()  # `@set` values and footnotes, shared by every paragraph
         self.title: str | None = None
         self.settitle: str | None = None
@@ -146,17 +150,17 @@ class _Writer:
             self._open_item()
             tag = "ul" if name == "itemize" else "ol"
             self.out.append(f"<{tag}>")
-            self.stack.append([name, f"</{tag}>", False])
+            self._push([name, f"</{tag}>", False])
         elif name in ("table", "ftable", "vtable"):
             self._flush()
             self._open_item()
             self.out.append("<dl>")
-            self.stack.append([name, "</dl>", False, rest.strip().lstrip("@")])
+            self._push([name, "</dl>", False, rest.strip().lstrip("@")])
         elif name == "multitable":
             self._flush()
             self._open_item()
             self.out.append("<table>")
-            self.stack.append([name, "</table>", False, "td"])
+            self._push([name, "</table>", False, "td"])
         elif _DEF.match(name):
             self._definition(name, rest)
         elif name in _QUOTES:
@@ -166,7 +170,7 @@ class _Writer:
             self.out.append(f"<{tag}>")
             if rest.strip() and tag == "blockquote":
                 self.out.append(f"<p><strong>{self._inline(rest)}:</strong></p>")
-            self.stack.append([name, f"</{tag}>", False])
+            self._push([name, f"</{tag}>", False])
         elif name in ("item", "itemx", "headitem", "tab"):
             self._item(name, rest)
         elif name in _LINE_COMMANDS_SHOWN or (name in ("noindent", "refill") and rest.strip()):
@@ -188,7 +192,7 @@ class _Writer:
             self._flush()
             self._open_item()
             self.out.append("<dl>")
-            self.stack.append([name, "</dl>", False])
+            self._push([name, "</dl>", False])
         else:
             self._flush()
         self.out.append(f"<dt>{term}</dt>")
@@ -244,10 +248,10 @@ class _Writer:
 
     def _end(self, name: str) -> None:
         self._flush()
-        if not any(block[0] == name for block in self.stack):
+        if not self.open[name]:
             return  # an `@end` of a block not opened (or hidden): nothing to close
         while self.stack:
-            block = self.stack.pop()
+            block = self._pop()
             self._close(block)
             if block[0] == name:
                 return
@@ -261,7 +265,16 @@ class _Writer:
 
     def _close_all(self) -> None:
         while self.stack:
-            self._close(self.stack.pop())
+            self._close(self._pop())
+
+    def _push(self, block: list) -> None:
+        self.stack.append(block)
+        self.open[block[0]] += 1
+
+    def _pop(self) -> list:
+        block = self.stack.pop()
+        self.open[block[0]] -= 1
+        return block
 
     def _flush(self) -> None:
         if not self.paragraph:
