@@ -108,6 +108,18 @@ def test_a_declaration_the_bytes_do_not_fit_or_on_utf8_text_changes_nothing(capl
     assert [r.getMessage().split(":")[0] for r in caplog.records] == ["read as windows-1252"] * 3
 
 
+def test_the_word_coding_in_prose_declares_nothing(caplog) -> None:
+    """Emacs reads `coding:` inside `-*-`, Python in a `#` comment: "Notes on coding: ascii art" opening a KOI8-R
+    text is a sentence, and the text is still guessed as KOI8-R (it was read as Windows-1252: every Cyrillic letter
+    a Latin one)."""
+    russian = "Съешь же ещё этих мягких французских булок, да выпей чаю.\nВсе примеры ниже проверены.\n"
+    for first in ("Notes on coding: ascii art and the rest\n", "Section 2. coding=latin text\n"):
+        data = (first + russian).encode("koi8_r")
+        assert charset.declared(data) is None
+        assert sniff.decode(data) == sniff._text(first + russian)
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["read as KOI8-R"] * 2
+
+
 def test_the_russian_man_page_is_read_as_a_man_page() -> None:
     d = convert((REAL / "joe.ru.1.gz").read_bytes(), mime_for_path("joe.ru.1.gz"), SETTINGS)
     headings = [b.section_path[-1] for b in d.blocks if b.kind == "heading"]

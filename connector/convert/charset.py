@@ -105,9 +105,13 @@ PREAMBLE_WINDOW = 16 * 1024
 _HTML_XML = re.compile(
     rb"<meta\s[^>]*?charset\s*=\s*[\"']?\s*([\w.:-]+)|<\?xml\s[^>]*?encoding\s*=\s*[\"']([\w.:-]+)", re.IGNORECASE
 )
-# Emacs's `-*- coding: latin-1 -*-` (also what groff's preconv and PEP 263 read) on either of the first two lines,
-# `coding: …` in a "Local Variables:" block near the end, Vim's `fileencoding=`/`fenc=` in a modeline.
-_FIRST_LINES = re.compile(rb"\A(?:[^\n]*\n)?[^\n]*?\bcoding[:=][ \t]*([-\w.]+)")
+# Emacs's `-*- coding: latin-1 -*-` (also what groff's preconv reads) or PEP 263's `# … coding: latin-1` comment on
+# either of the first two lines, `coding: …` in a "Local Variables:" block near the end, Vim's `fileencoding=`/`fenc=`
+# in a modeline. Only inside `-*-` or a `#` comment, as Emacs and Python read it: a KOI8-R text opening "Notes on
+# coding: ascii art" was read as Windows-1252.
+_FIRST_LINES = re.compile(
+    rb"\A(?:[^\n]*\n)?(?:[^\n]*?-\*-[^\n]*?\bcoding:[ \t]*([-\w.]+)|[ \t\f]*#[^\n]*?\bcoding[:=][ \t]*([-\w.]+))"
+)
 _LOCAL_VARIABLES = re.compile(rb"Local Variables:.*?\n[^\n]*?\bcoding:[ \t]*([-\w.]+)", re.DOTALL)
 _VIM = re.compile(rb"\bvim?:[^\n]*?\b(?:fileencoding|fenc)=([-\w.]+)")
 _INPUTENC = re.compile(rb"^[^%\n]*?\\(?:usepackage\[([^\]]*)\]\{inputenc\}|inputencoding\{([^}]*)\})", re.MULTILINE)
