@@ -279,12 +279,7 @@ def _from_html(source: str, settings: ChunkingSettings) -> Document:
     page = html.convert(source)
     if not visible(page.markdown):
         raise ConversionError("HTML page has no visible text")
-    converted, entries = markdown.split_large_tables_moving(
-        page.markdown, settings.table_max_tokens, settings.encoding, page.entries
-    )
-    blocks = markdown.blocks(converted)
-    title = page.title or markdown.first_title(converted, blocks)
-    return Document(converted, structure.join_entries(blocks, entries), title=title)
+    return _from_structured(page, settings)
 
 
 def _from_csv(source: str, settings: ChunkingSettings, named: bool) -> Document:
@@ -315,12 +310,7 @@ def _from_rst(source: str, settings: ChunkingSettings) -> Document:
         return _from_text(source, None)
     if not visible(page.markdown):
         return _from_text(source, None)
-    converted, entries = markdown.split_large_tables_moving(
-        page.markdown, settings.table_max_tokens, settings.encoding, page.entries
-    )
-    blocks = markdown.blocks(converted)
-    title = page.title or markdown.first_title(converted, blocks)
-    return Document(converted, structure.join_entries(blocks, entries), title=title)
+    return _from_structured(page, settings)
 
 
 def _from_docbook(data: bytes, kind: str, settings: ChunkingSettings) -> Document:
@@ -328,10 +318,13 @@ def _from_docbook(data: bytes, kind: str, settings: ChunkingSettings) -> Documen
     page = docbook.convert(data, kind)
     if not visible(page.markdown):
         return _from_text(decode(data), None)
-    return _from_docbook_page(page, settings)
+    return _from_structured(page, settings)
 
 
-def _from_docbook_page(page: docbook.Page, settings: ChunkingSettings) -> Document:
+def _from_structured(page: html.Page | rst.Page | docbook.Page | texinfo.Page, settings: ChunkingSettings) -> Document:
+    """A converter's page (HTML, rST, DocBook, Texinfo: Markdown, title, definition-list entries) as a document: its
+    tables over the size limit split by rows under their header, each entry one block, the title its own or its
+    first top-level heading."""
     converted, entries = markdown.split_large_tables_moving(
         page.markdown, settings.table_max_tokens, settings.encoding, page.entries
     )
@@ -345,12 +338,7 @@ def _from_texinfo(source: str, settings: ChunkingSettings) -> Document:
     page = texinfo.convert(source)
     if not visible(page.markdown):
         return _from_text(source, None)
-    converted, entries = markdown.split_large_tables_moving(
-        page.markdown, settings.table_max_tokens, settings.encoding, page.entries
-    )
-    blocks = markdown.blocks(converted)
-    title = page.title or markdown.first_title(converted, blocks)
-    return Document(converted, structure.join_entries(blocks, entries), title=title)
+    return _from_structured(page, settings)
 
 
 def _from_word(data: bytes, settings: ChunkingSettings) -> Document:
@@ -358,7 +346,7 @@ def _from_word(data: bytes, settings: ChunkingSettings) -> Document:
     page = docbook.convert(word.to_docbook(data), docbook.DOCBOOK)
     if not visible(page.markdown):
         raise ConversionError("Word document shows no text")
-    return _from_docbook_page(page, settings)
+    return _from_structured(page, settings)
 
 
 def _from_info(source: str, settings: ChunkingSettings) -> Document:
