@@ -9,6 +9,7 @@ import pytest
 from lxml import etree
 
 from connector.convert import convert, docbook, mime_for_path
+from connector.errors import ConversionError
 from connector.models import Document
 from connector.settings import ChunkingSettings
 from tests.conftest import FIXTURES
@@ -149,3 +150,19 @@ def test_many_entities_or_children_are_written_in_linear_time(unit: bytes) -> No
         writer.element(root, body, 0)
         writer.flush()
     assert "".join(body.itertext()).count("kde") == (400_000 if b"kde" in unit else 0)
+
+
+def test_docbook_nested_past_the_parsers_depth_limit_fails_saying_so() -> None:
+    """libxml2's recovering parser stops at depth 256 and keeps nothing after it: 300 nested sections converted
+    "OK" with the text past that depth, and all that followed, silently gone."""
+    data = (
+        b'<!DOCTYPE book PUBLIC "-//OASIS//DTD DocBook XML V4.5//EN" "x"><book>'
+        + b"<section><para>deep</para>" * 300
+        + b"</section>" * 300
+        + b"<para>the text after it</para></book>"
+    )
+    with pytest.raises(ConversionError, match="nested over 256 deep"):
+        convert(data, mime_for_path("deep.docbook"), CHUNKING)
+    shallow = data.replace(b"<section><para>deep</para>" * 300, b"<section><para>deep</para>" * 200)
+    shallow = shallow.replace(b"</section>" * 300, b"</section>" * 200)
+    assert "the text after it" in convert(shallow, mime_for_path("deep.docbook"), CHUNKING).markdown

@@ -21,6 +21,7 @@ from html.entities import name2codepoint
 from lxml import etree
 
 from connector.convert import html
+from connector.errors import ConversionError
 
 _OPENING = re.compile(
     rb"\A(?:\xef\xbb\xbf)?\s*(?:<\?xml[^>]*\?>\s*)?(?:(?:<!--(?:(?!-->).)*-->|<\?(?:(?!\?>).)*\?>)\s*)*"
@@ -79,6 +80,13 @@ def convert(data: bytes, kind: str) -> Page:
         return Page("", None)
     if root is None:
         return Page("", None)
+    if any(error.type_name == "ERR_RESOURCE_LIMIT" for error in parser.error_log):
+        # Past libxml2's limits (depth 256, a text node of 10 MB) the recovering parser keeps nothing more: the
+        # rest of the text would be lost without a word. No real document nests so deep; a hostile one fails
+        # saying why.
+        raise ConversionError(
+            "XML document is past the parser's limits (nested over 256 deep, or a huge text node): not read"
+        )
     body = etree.Element("body")
     writer = _Writer(root, _MALLARD if kind == MALLARD else _DOCBOOK, kind)
     writer.element(root, body, 0)
