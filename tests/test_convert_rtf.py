@@ -154,3 +154,40 @@ def test_an_odp_reads_one_section_per_slide_as_the_pptx_it_was_saved_from() -> N
         assert doc.page_at(doc.markdown.index("## Hi")) == 2
         assert "- and some list (1)\n- and some list (2)\n" in doc.markdown
         assert "| Header 1 | Header 2 | Header 3 |\n|---|---|---|\n| A | 12.23 | blah blah |" in doc.markdown
+
+
+def _rezip(data: bytes, edit) -> bytes:
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            dst.writestr(item, edit(item.filename, src.read(item.filename)))
+    return out.getvalue()
+
+
+def test_a_deck_with_no_title_anywhere_is_not_titled_slide_1() -> None:
+    """With no `dc:title` and no title frame on its first slide, the made-up heading "Slide 1" became the deck's
+    title, and so the title in every chunk's embedding text; it now has none (the file name stands in)."""
+
+    def untitled(name: str, content: bytes) -> bytes:
+        if name == "meta.xml":
+            return re.sub(rb"<dc:title>[^<]*</dc:title>", b"", content)
+        if name == "content.xml":
+            return content.replace(b'presentation:class="title"', b'presentation:class="outline"', 1)
+        return content
+
+    data = _rezip((REAL / "officer-example.odp").read_bytes(), untitled)
+    doc = convert(data, mime_for_path("deck.odp"), SETTINGS)
+    assert _headings(doc)[0] == "## Slide 1" and doc.title is None
+    from pptx import Presentation
+    from pptx.util import Inches
+
+    deck = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[6])  # blank: no title placeholder
+    slide.shapes.add_textbox(Inches(1), Inches(1), Inches(4), Inches(1)).text_frame.text = "Quarterly figures"
+    buffer = __import__("io").BytesIO()
+    deck.save(buffer)
+    doc = convert(buffer.getvalue(), mime_for_path("deck.pptx"), SETTINGS)
+    assert _headings(doc) == ["## Slide 1"] and "Quarterly figures" in doc.markdown and doc.title is None

@@ -1,7 +1,8 @@
 """ODP presentations → Markdown, as PPTX is read (`office.pptx`): a slide is a page, its title frame
 (`presentation:class="title"`) a `##` heading ("Slide N" without one), its other frames in reading order (top to
 bottom, then left to right) read as ODT text is (`office._odt_parts`: paragraphs, lists, tables), its speaker
-notes a paragraph. Titles come from the metadata's `dc:title`, else the first heading."""
+notes a paragraph. Titles come from the metadata's `dc:title`, else the first heading, unless that is a made-up
+"Slide N"."""
 
 from __future__ import annotations
 
@@ -33,14 +34,17 @@ def odp(data: bytes) -> Document:
     if meta:
         found = etree.fromstring(meta, etree.XMLParser(resolve_entities=False)).find(".//dc:title", _ODF)
         title = found.text if found is not None else None
-    pages = []
+    pages, untitled = [], set()
     for number, page in enumerate(content.iterfind(".//draw:page", _ODF), 1):
-        pages.append(_join(_slide(page, number)))
+        parts = _slide(page, number)
+        if parts[0][1] == f"## Slide {number}":  # made up here: a slide without a title frame
+            untitled.add(f"Slide {number}")
+        pages.append(_join(parts))
     starts, offset = [], 0
     for page in pages:
         starts.append(offset)
         offset += len(page) + 1
-    return _document("\n".join(pages), title, "ODP presentation", tuple(starts))
+    return _document("\n".join(pages), title, "ODP presentation", tuple(starts), frozenset(untitled))
 
 
 def _slide(page, number: int) -> list[tuple[str, str]]:

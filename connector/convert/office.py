@@ -92,12 +92,19 @@ def _join(parts: Iterable[tuple[str, str]]) -> str:
     return "".join(out) + "\n" if out else ""
 
 
-def _document(text: str, title: str | None, what: str, page_starts: tuple[int, ...] = ()) -> Document:
+def _document(
+    text: str,
+    title: str | None,
+    what: str,
+    page_starts: tuple[int, ...] = (),
+    placeholders: frozenset[str] = frozenset(),
+) -> Document:
+    """`placeholders`: headings the converter made up ("Slide 1" for a slide with no title), never the title."""
     if not visible(text):
         raise ConversionError(f"{what} has no text")
     blocks = markdown.blocks(text, page_starts)
     title = " ".join((title or "").split()) or markdown.first_title(text, blocks)
-    return Document(text, blocks, page_starts, title=title)
+    return Document(text, blocks, page_starts, title=None if title in placeholders else title)
 
 
 def _open_error(what: str, exc: Exception) -> ConversionError:
@@ -193,10 +200,13 @@ def pptx(data: bytes) -> Document:
     except Exception as exc:
         raise _open_error("PPTX", exc) from exc
     pages: list[str] = []
+    untitled: set[str] = set()
     for number, slide in enumerate(deck.slides, 1):
         title_shape = slide.shapes.title
         title = " ".join(title_shape.text_frame.text.split()) if title_shape is not None else ""
-        parts: list[tuple[str, str]] = [("heading", f"## {title or f'Slide {number}'}")]
+        if not title:
+            untitled.add(title := f"Slide {number}")
+        parts: list[tuple[str, str]] = [("heading", f"## {title}")]
         for shape in _shapes(slide.shapes):
             if title_shape is not None and shape.shape_id == title_shape.shape_id:
                 continue
@@ -208,7 +218,9 @@ def pptx(data: bytes) -> Document:
     for page in pages:
         starts.append(offset)
         offset += len(page) + 1
-    return _document("\n".join(pages), deck.core_properties.title, "PPTX presentation", tuple(starts))
+    return _document(
+        "\n".join(pages), deck.core_properties.title, "PPTX presentation", tuple(starts), frozenset(untitled)
+    )
 
 
 def _shapes(shapes) -> Iterator:
