@@ -6,11 +6,9 @@ notes a paragraph. Titles come from the metadata's `dc:title`, else the first he
 
 from __future__ import annotations
 
-import io
 import re
-import zipfile
 
-from connector.convert.office import _ODF, _document, _escape, _guarded, _join, _odt_parts, _open_error
+from connector.convert.office import _ODF, _document, _escape, _guarded, _join, _odt_parts, open_odf
 from connector.models import Document
 
 _PRESENTATION = "urn:oasis:names:tc:opendocument:xmlns:presentation:1.0"
@@ -21,19 +19,7 @@ _UNITS = {"cm": 1.0, "mm": 0.1, "in": 2.54, "pt": 2.54 / 72, "pc": 2.54 / 6, "px
 
 @_guarded("ODP")
 def odp(data: bytes) -> Document:
-    from lxml import etree
-
-    parser = etree.XMLParser(resolve_entities=False, huge_tree=True)
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            content = etree.fromstring(z.read("content.xml"), parser)
-            meta = z.read("meta.xml") if "meta.xml" in z.namelist() else None
-    except (zipfile.BadZipFile, KeyError, etree.XMLSyntaxError) as exc:
-        raise _open_error("ODP", exc) from exc
-    title = None
-    if meta:
-        found = etree.fromstring(meta, etree.XMLParser(resolve_entities=False)).find(".//dc:title", _ODF)
-        title = found.text if found is not None else None
+    content, _, title = open_odf(data, "ODP")
     pages, untitled = [], set()
     for number, page in enumerate(content.iterfind(".//draw:page", _ODF), 1):
         parts = _slide(page, number)

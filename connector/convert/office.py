@@ -258,8 +258,9 @@ _ODF = {
 }
 
 
-@_guarded("ODT")
-def odt(data: bytes) -> Document:
+def open_odf(data: bytes, what: str):
+    """An OpenDocument package's `content.xml` and `styles.xml` (None if absent) parsed, and its `dc:title`: shared
+    by ODT and ODP."""
     from lxml import etree
 
     parser = etree.XMLParser(resolve_entities=False, huge_tree=True)
@@ -269,11 +270,17 @@ def odt(data: bytes) -> Document:
             meta = z.read("meta.xml") if "meta.xml" in z.namelist() else None
             styles = etree.fromstring(z.read("styles.xml"), parser) if "styles.xml" in z.namelist() else None
     except (zipfile.BadZipFile, KeyError, etree.XMLSyntaxError) as exc:
-        raise _open_error("ODT", exc) from exc
+        raise _open_error(what, exc) from exc
     title = None
-    if meta:
+    if meta:  # broken metadata is the document's fault too ("cannot read ...", from `_guarded`)
         found = etree.fromstring(meta, etree.XMLParser(resolve_entities=False)).find(".//dc:title", _ODF)
         title = found.text if found is not None else None
+    return content, styles, title
+
+
+@_guarded("ODT")
+def odt(data: bytes) -> Document:
+    content, styles, title = open_odf(data, "ODT")
     body = content.find(".//office:text", _ODF)
     code = _odt_code_styles([content] if styles is None else [styles, content])
     parts = list(_odt_notes(body, code)) if body is not None else []
