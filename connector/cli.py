@@ -796,6 +796,15 @@ def bench(
         typer.Option("--rows", min=1, help="Instead: N SQL rows of consecutive paragraphs of PATH's text files."),
     ] = None,
     chars: Annotated[int, typer.Option("--chars", min=100, help="With --rows: characters per row, about.")] = 2400,
+    cores_per_worker: Annotated[
+        int | None,
+        typer.Option(
+            "--cores-per-worker",
+            min=1,
+            help="With --rows: pin each worker process to this many cores of its own, as replicas with a CPU limit "
+            "(the database stays unpinned).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
     dsn: DsnOption = None,
     embedder: EmbedderOption = None,
@@ -815,11 +824,13 @@ def bench(
 
         with _errors():
             workload = rows_bench.workload(paths, rows, chars)
+            for n in workers:
+                rows_bench.placements(n, cores_per_worker)  # too few cores: say so before any run
         with _errors(), database(settings) as url, console.status("benchmarking") as status:
             results = []
             for n in workers:
                 status.update(f"benchmarking: {rows} rows with {n} worker process(es)")
-                results.append(rows_bench.run(settings, url, workload, n))
+                results.append(rows_bench.run(settings, url, workload, n, cores_per_worker))
         if as_json:
             print(json.dumps(reports.rows_bench_payload(settings, results), indent=2))
         else:

@@ -138,7 +138,8 @@ def rows_bench_payload(settings, runs) -> dict:
         "strategies": list(settings.chunking.strategy_names),
         "runs": [
             {
-                "workers": r.workers, "rows": r.rows, "done": r.done, "failed": r.failed, "chunks": r.chunks,
+                "workers": r.workers, "cores_per_worker": r.cores_per_worker, "rows": r.rows, "done": r.done,
+                "failed": r.failed, "chunks": r.chunks,
                 "chars": r.chars, "wall_s": round(r.wall_s, 3), "rows_per_s": round(r.rows_per_s, 1),
                 "chunks_per_s": round(r.chunks_per_s, 1), "chars_per_s": round(r.chars_per_s),
                 "cpu_ms_per_row": _rounded(r.cpu_ms_per_row, 2), "cores_busy": _rounded(r.cores_busy, 2),
@@ -158,6 +159,8 @@ def rows_bench_print(settings, runs) -> None:
     out = console()
     n = len(settings.chunking.strategy_names)
     title = f"{runs[0].rows} rows, {n} strategies, embedder {settings.embedder}"
+    if runs[0].cores_per_worker is not None:
+        title += f", each process pinned to {runs[0].cores_per_worker} core(s) of its own"
     table = Table("processes", "rows (failed)", "chunks", "wall (s)", "rows/s", "chunks/s", "chars/s",
                   "machine CPU ms/row (cores busy)", "RSS start → end (MB)", "CPU pool RSS start → end (MB)",
                   title=title)  # fmt: skip

@@ -104,7 +104,7 @@ def pgai_arm(
 
 
 def ours_arm(settings: Settings, admin: str, rows, workers: int, label: str) -> dict:
-    run = rows_bench.run(settings, admin, rows, workers)
+    run = rows_bench.run(settings, admin, rows, workers, None)
     return {"arm": f"ours, {label}, {workers} process(es)", "rows": run.done, "chunks": run.chunks,
             "wall_s": round(run.wall_s, 2), "rows_per_s": round(run.rows_per_s, 1),
             "chunks_per_s": round(run.chunks_per_s, 1),

@@ -143,6 +143,28 @@ def test_bench_rows_drains_distinct_rows_of_paragraphs_and_reports_rates_stages_
     assert nothing.returncode == 2 and "no text or Markdown file" in nothing.stdout + nothing.stderr
 
 
+def test_bench_rows_pins_each_worker_process_to_cores_of_its_own_as_a_replica_with_a_cpu_limit(
+    tmp_path: Path, dsn: str, corpus: Path
+) -> None:
+    mine = sorted(os.sched_getaffinity(0))
+    result = run(tmp_path, "bench", str(corpus), "--rows", "12", "--chars", "600", "--workers", "1",
+                 "--cores-per-worker", "1", "--json", "--dsn", dsn, "--embedder", "fake")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (only,) = json.loads(result.stdout)["runs"]
+    assert (only["cores_per_worker"], only["done"], only["failed"]) == (1, 12, 0)
+    (process,) = only["processes"]
+    # One core: the process and its pool read their size off the affinity, as in a pod limited to one CPU, and a
+    # pool on one core would only cost the shipping of documents (`pool.size_of`): none was started.
+    assert process["cores"] == mine[:1] and process["pool_rss_mb"] == []
+    too_many = len(mine) + 1
+    refused = run(tmp_path, "bench", str(corpus), "--rows", "5", "--workers", "1", "--workers", "2",
+                  "--cores-per-worker", str(too_many), "--dsn", dsn)  # fmt: skip
+    assert refused.returncode == 2
+    said = " ".join((refused.stdout + refused.stderr).split())
+    assert f"need {too_many} cores; this process may use {len(mine)}" in said
+    assert scratch_databases(dsn) == []
+
+
 def test_convert_reports_every_document_and_fails_on_a_broken_one(tmp_path: Path, corpus: Path) -> None:
     result = run(tmp_path, "convert", str(corpus), "--json", "--out", str(tmp_path / "md"))
     assert result.returncode == 0, result.stderr

@@ -11,6 +11,7 @@ Each process reports its per-stage time and its memory when it stops.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import re
 import resource
 import time
@@ -39,6 +40,7 @@ class Row:
 @dataclass(frozen=True)
 class ProcessReport:
     documents: int
+    cores: list[int]  # the CPUs this process (and its pool) was allowed
     stages_ms: dict[str, float]  # summed over the process's documents
     rss_start_mb: float  # after loading, before the first row
     rss_end_mb: float
@@ -57,6 +59,7 @@ class RowsRun:
     wall_s: float
     processes: list[ProcessReport] = field(default_factory=list)
     busy_cpu_s: float | None = None  # the machine's CPU seconds spent busy during wall_s (`machine_busy_s`)
+    cores_per_worker: int | None = None  # each process pinned to this many CPUs of its own, as a pod's CPU limit
 
     @property
     def rows_per_s(self) -> float:
@@ -123,7 +126,24 @@ def _pool_rss(pool) -> dict[int, float]:
     return {pid: _rss_mb(pid) for pid in pool.pids()} if pool is not None else {}
 
 
-def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop, out: mp.Queue) -> None:
+def placements(workers: int, cores_per_worker: int | None) -> list[set[int] | None]:
+    """The CPUs each worker process is pinned to: `cores_per_worker` of this process's own, a different set for each
+    process (as replicas with a CPU limit each get theirs); None: unpinned. The database, the bench itself and an
+    embedding endpoint on this machine stay unpinned, and run on whichever core is free."""
+    if cores_per_worker is None:
+        return [None] * workers
+    mine = sorted(os.sched_getaffinity(0))
+    if workers * cores_per_worker > len(mine):
+        raise FatalError(
+            f"{workers} worker process(es) with {cores_per_worker} core(s) each need {workers * cores_per_worker} "
+            f"cores; this process may use {len(mine)}"
+        )
+    return [set(mine[i * cores_per_worker : (i + 1) * cores_per_worker]) for i in range(workers)]
+
+
+def _worker_child(settings: Settings, dsn: str, cores: set[int] | None, ready: mp.Queue, stop, out: mp.Queue) -> None:
+    if cores is not None:  # first: the pool's size and the embedder's threads are read off the affinity
+        os.sched_setaffinity(0, cores)
     from connector import allocator, sidecar
     from connector.models import SourceDocument
     from connector.pipeline import Pipeline
@@ -167,12 +187,13 @@ def _worker_child(settings: Settings, dsn: str, ready: mp.Queue, stop, out: mp.Q
     done = sum(p.runs for p in pipelines)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     pools = [(pool_start.get(pid, 0.0), rss) for pid, rss in pool_end.items()]
-    out.put(ProcessReport(done, stages, start, _rss_mb(), peak, pools))
+    out.put(ProcessReport(done, sorted(os.sched_getaffinity(0)), stages, start, _rss_mb(), peak, pools))
 
 
-def run(settings: Settings, dsn: str, rows: list[Row], workers: int) -> RowsRun:
-    """Insert `rows` into a scratch database served by `workers` sidecar processes; time queued (the insert's commit)
-    → every row committed."""
+def run(settings: Settings, dsn: str, rows: list[Row], workers: int, cores_per_worker: int | None) -> RowsRun:
+    """Insert `rows` into a scratch database served by `workers` sidecar processes (each pinned to
+    `cores_per_worker` CPUs of its own, unless None); time queued (the insert's commit) → every row committed."""
+    pins = placements(workers, cores_per_worker)
     settings = settings.model_copy(update={"poll_interval": 0.5, "http_port": None})
     ctx = mp.get_context("spawn")
     with scratch_database(dsn, f"bench_rows_{workers}") as scratch:
@@ -184,7 +205,7 @@ def run(settings: Settings, dsn: str, rows: list[Row], workers: int) -> RowsRun:
         finally:
             close(model)
         ready, stop, out = ctx.Queue(), ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=_worker_child, args=(settings, scratch, ready, stop, out)) for _ in range(workers)]
+        procs = [ctx.Process(target=_worker_child, args=(settings, scratch, pin, ready, stop, out)) for pin in pins]
         for p in procs:
             p.start()
         reports: list[ProcessReport] = []
@@ -212,4 +233,5 @@ def run(settings: Settings, dsn: str, rows: list[Row], workers: int) -> RowsRun:
                 except Exception:  # a process that was killed reports nothing
                     break
     busy = busy1 - busy0 if busy0 is not None and busy1 is not None else None
-    return RowsRun(workers, len(rows), sum(len(r.body) for r in rows), done, failed, chunks, wall, reports, busy)
+    chars = sum(len(r.body) for r in rows)
+    return RowsRun(workers, len(rows), chars, done, failed, chunks, wall, reports, busy, cores_per_worker)
