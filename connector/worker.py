@@ -104,6 +104,7 @@ class Worker:
         self.index_min_chunks = s.search.vector_index_min_chunks
         self._indexed = False  # the chunks' HNSW index exists (see `index_if_due`)
         self._next_index_check = 0.0
+        self._next_stuck_check = 0.0  # see `end_stuck_writers_if_due`
         self.held: list[ClaimedRow] = []  # the rows it holds now, claimed and not yet finished (read on shutdown)
         self.lost_while_writing: list[int] = []  # ids being written when its connection died (see `_store`)
         self._next_beat = 0.0  # when the leases of `held` are next extended
@@ -412,6 +413,26 @@ class Worker:
         log.warning("retrying %s in %.0f s: %s", row.source_key, delay, error, extra=context)
         return "retry"
 
+    def end_stuck_writers_if_due(self) -> None:
+        """End the database sessions of replicas frozen or cut off in the middle of a write for a lease, holding
+        queued rows locked (`Store.end_stuck_writers`): their leases are over, but every replica skips locked rows,
+        and the server would wait for the stuck client as long as it is frozen. Asked every third of a lease, between
+        batches, holding nothing; a failure is logged and asked again later."""
+        if time.monotonic() < self._next_stuck_check:
+            return
+        self._next_stuck_check = time.monotonic() + self.lease_seconds / 3
+        try:
+            ended = self.store.end_stuck_writers(self.lease_seconds)
+        except psycopg.Error as exc:
+            if self.store.conn.broken:
+                raise  # the caller reconnects
+            log.warning("could not look for replicas stuck mid-write: %s", secrets.one_line(str(exc)))
+            return
+        for session in ended:
+            log.warning("ended database session %d (client %s): stuck %.0f s in the middle of a write, waiting for "
+                        "its client while holding queued documents locked (a replica frozen or cut off); they are "
+                        "claimable again", session.pid, session.client or "local", session.stuck_s)  # fmt: skip
+
     def _locked(self, row: ClaimedRow) -> Result:
         """What became of a row whose outcome could not be recorded: another session kept it locked past
         `queries.LOCK_WAIT`. It is left to its lease (no longer extended: the caller is done with it), then claimed
@@ -476,6 +497,7 @@ class Worker:
         n = 0
         while not stop.is_set():
             self.index_if_due()
+            self.end_stuck_writers_if_due()
             counts = time.monotonic() >= self.forgive_abandoned_until
             rows = self.store.claim_batch(self.lease_seconds, self.name, self.roots, self.batch_size, self.batch_bytes,
                                           counts)  # fmt: skip

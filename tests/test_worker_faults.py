@@ -5,10 +5,12 @@ worker, and a soak of `connector run --workers 4` over text, Markdown and PDF fi
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -487,6 +489,99 @@ def test_a_session_frozen_in_a_transaction_lets_go_of_its_rows_after_a_lease(set
         conn.execute("SET idle_in_transaction_session_timeout = '10min'")
         guard_session(conn, 1)
         assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("10min",)
+
+
+_FREEZE_MID_COPY = """
+import os, signal, sys
+from connector.db.database import connect
+conn = connect(sys.argv[1], **({"application_name": sys.argv[2]} if sys.argv[2] else {}))
+with conn.transaction():
+    for statement in sys.argv[3:-1]:
+        conn.execute(statement)
+    with conn.cursor().copy(sys.argv[-1]) as copy:
+        copy.write(b"")  # the COPY has begun; its rows never come
+        print(conn.info.backend_pid, flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        copy.write_row(("late",))
+"""
+
+
+def _frozen_mid_copy(dsn: str, app: str, *statements: str) -> tuple[subprocess.Popen, int]:
+    """A real process whose session sits in a COPY after `statements` (the last one is the COPY), its client
+    stopped (SIGSTOP) before sending any row: as a replica frozen or cut off mid-write leaves it."""
+    proc = subprocess.Popen([sys.executable, "-c", _FREEZE_MID_COPY, dsn, app, *statements],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    pid = int(proc.stdout.readline())
+    wait_for(lambda: _stopped(proc.pid), what="the writer to stop itself")
+    return proc, pid
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_replica_frozen_in_the_middle_of_a_copy_lets_go_of_its_rows_after_a_lease(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica frozen while its batch's COPY was half sent kept the batch's rows locked for the whole freeze (the
+    server waits for a COPY's data; neither statement_timeout nor idle_in_transaction_session_timeout ends that,
+    and a host cut off holds them until the server's TCP keepalive gives up, two hours by default): every other
+    replica skipped them though their leases had run out. A worker now ends such a session of its own replicas once
+    stuck a lease, and claims the rows. A session of another application, or one holding no queued row (a slow
+    bulk load into the queue), is left alone."""
+    from connector.db import queries
+
+    settings = settings.model_copy(update={"lease_seconds": 2})
+    dsn = settings.dsn.get_secret_value()
+    procs: list[subprocess.Popen] = []
+    try:
+        with connect(dsn, autocommit=True) as conn:
+            (name,) = conn.execute("SELECT current_setting('application_name')").fetchone()
+            assert name == "connector", "the sidecar's sessions are named, so that the replicas know one another's"
+            for key in ("frozen", "other-app"):
+                conn.execute("INSERT INTO connector.documents (source_key, content) VALUES (%s, %s)", (key, _text(1)))
+            worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [])
+            (held,) = worker.store.claim_batch(2, "frozen replica", [], 1, 10_000_000)
+            assert held.source_key == "frozen"
+            lease_ends(conn, held.id)  # its replica froze long ago: only the lock keeps the row from the others
+            # What a batch's write sends before its COPYs (`Store.write_many`): the rows locked, the old chunks gone.
+            lock = queries.LOCK_DOCUMENTS.replace("%s", "ARRAY[{}]::bigint[]")
+            copy = "COPY connector.candidates (document_id, strategy) FROM STDIN"
+            write = [queries.LOCK_TABLE_FIRST, lock.format(held.id),
+                     queries.DELETE_CHUNKS_OF.replace("%s", f"ARRAY[{held.id}]::bigint[]"), copy]  # fmt: skip
+            frozen, frozen_pid = _frozen_mid_copy(dsn, "", *write)
+            procs.append(frozen)
+            other_id = conn.execute("SELECT id FROM connector.documents WHERE source_key = 'other-app'").fetchone()[0]
+            psql, psql_pid = _frozen_mid_copy(dsn, "psql", queries.LOCK_TABLE_FIRST, lock.format(other_id), copy)
+            procs.append(psql)
+            loader, loader_pid = _frozen_mid_copy(dsn, "", "COPY connector.documents (source_key) FROM STDIN")
+            procs.append(loader)
+            assert worker.drain(threading.Event()) == 0, "the frozen replica's row is locked: skipped"
+
+            def written() -> bool:
+                worker.drain(threading.Event())
+                return conn.execute("SELECT status FROM connector.documents WHERE id = %s", (held.id,)).fetchone() == (
+                    "done",
+                )
+
+            caplog.set_level(logging.WARNING, logger="connector.worker")
+            wait_for(written, timeout=60, interval=0.5, what="the frozen replica's row to be claimed and written")
+            assert f"ended database session {frozen_pid} " in caplog.text
+            alive = {p for (p,) in conn.execute("SELECT pid FROM pg_stat_activity")}
+            assert frozen_pid not in alive and {psql_pid, loader_pid} <= alive
+            assert conn.execute("SELECT status FROM connector.documents WHERE source_key = 'other-app'").fetchone() == (
+                "pending",
+            ), "another application's locked row is its own business"
+            frozen.send_signal(signal.SIGCONT)  # thawed, it finds its session ended
+            assert frozen.wait(30) != 0 and "terminat" in frozen.stderr.read()
+            assert_consistent(conn)
+    finally:
+        for proc in procs:
+            proc.kill()  # stopped or not
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
 
 
 def test_a_database_whose_default_isolation_is_serializable_still_runs_the_queue_in_read_committed(

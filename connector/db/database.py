@@ -95,6 +95,9 @@ def _json_dumps(value) -> bytes:
 # libpq's TCP keepalives, unless the DSN sets its own: a server gone without a word (a host powered off, a network
 # partition) is noticed in about a minute and a half, not after the kernel's two hours.
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 60, "keepalives_interval": 10, "keepalives_count": 3}
+# What pg_stat_activity calls its sessions where the DSN (or PGAPPNAME) names none: a DBA can tell them apart, and
+# the replicas know one another's (`queries.END_STUCK_WRITERS`).
+APPLICATION_NAME = {"fallback_application_name": "connector"}
 
 
 def guard_session(conn: psycopg.Connection, lease_seconds: int) -> None:
@@ -173,7 +176,8 @@ def connect(dsn: str, **kwargs) -> psycopg.Connection:
     check_dsn(dsn)
     try:
         given = conninfo_to_dict(dsn)
-        kwargs = {**{k: v for k, v in KEEPALIVES.items() if k not in given}, "cursor_factory": _Cursor, **kwargs}
+        defaults = {**KEEPALIVES, **APPLICATION_NAME}
+        kwargs = {**{k: v for k, v in defaults.items() if k not in given}, "cursor_factory": _Cursor, **kwargs}
         conn = psycopg.connect(dsn, **kwargs)
     except psycopg.OperationalError as exc:
         raise _cannot_connect(dsn, exc) from exc

@@ -223,6 +223,27 @@ FROM connector.chunks c CROSS JOIN LATERAL unnest(c.search_tsv) t
 WHERE c.document_id = ANY(%s)
 """
 
+# The sessions of this sidecar's replicas (same database, role and application name) stuck in the middle of a
+# statement of a write, waiting for their client to send the rest (a COPY's rows, the next statement of a pipeline)
+# for longer than `stuck` seconds, while holding rows of the queue locked (the ROW SHARE lock that a write's
+# `FOR UPDATE` takes): a replica frozen mid-write (SIGSTOP, `docker pause`, a paused VM) or cut off from the
+# database. The server waits for such a client as long as it is frozen, or until its TCP keepalive gives up (two
+# hours by default): neither statement_timeout nor idle_in_transaction_session_timeout ends a session waiting for
+# a COPY's data, and every other replica skips the locked rows though their leases ran out. They are ended here;
+# the replica, if it comes back, finds its connection closed, reconnects, and its stale claims are worthless (the
+# claim token). A role may end its own sessions without any grant.
+END_STUCK_WRITERS = """
+SELECT a.pid, a.client_addr::text AS client, extract(epoch FROM now() - a.query_start)::float8 AS stuck_s,
+       pg_terminate_backend(a.pid) AS ended
+FROM pg_stat_activity a
+WHERE a.datname = current_database() AND a.usename = current_user
+  AND a.application_name = current_setting('application_name') AND a.pid <> pg_backend_pid()
+  AND a.state = 'active' AND a.wait_event_type = 'Client' AND a.wait_event = 'ClientRead'
+  AND a.query_start < now() - make_interval(secs => %(stuck)s)
+  AND EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.granted AND l.mode = 'RowShareLock'
+              AND l.relation = 'connector.documents'::regclass)
+"""
+
 # Migration 0015: the chunks' HNSW index, once the table has this many chunks (true once it exists).
 BUILD_VECTOR_INDEX = "SELECT connector.build_vector_index(%s)"
 

@@ -223,3 +223,13 @@ class Passage:
     section_path: list[str]
     page_start: int | None
     page_end: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class EndedSession:
+    """A replica's session ended because it was stuck mid-write holding queued rows (`queries.END_STUCK_WRITERS`)."""
+
+    pid: int
+    client: str | None  # its address; None over a Unix socket
+    stuck_s: float
+    ended: bool  # False: the server could not signal it (it was already gone)

@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 from connector.db import embeddings, queries
 from connector.db.rows import (
     DocumentKey,
+    EndedSession,
     Failure,
     FileSignature,
     FolderFile,
@@ -278,6 +279,12 @@ class Store:
         params = {"ids": [r.id for r in rows], "tokens": [r.attempts for r in rows], "lease": lease_seconds}
         with self.conn.transaction():
             return {found for (found,) in self.conn.execute(queries.HEARTBEAT_MANY, params)}
+
+    def end_stuck_writers(self, stuck_seconds: int) -> list[EndedSession]:
+        """End the sessions of replicas stuck mid-write for `stuck_seconds` holding queued rows (see
+        `queries.END_STUCK_WRITERS`); what was ended."""
+        with self.conn.transaction(), self.conn.cursor(row_factory=class_row(EndedSession)) as cur:
+            return cur.execute(queries.END_STUCK_WRITERS, {"stuck": stuck_seconds}).fetchall()
 
     def build_vector_index(self, min_chunks: int) -> bool:
         """Build the chunks' HNSW index if the table has `min_chunks` chunks and nobody else is building it (see
