@@ -213,6 +213,15 @@ def test_migrate_and_status_commands(tmp_path: Path, dsn: str) -> None:
         )
     status = subprocess.run(connector_cmd("status", "--dsn", dsn), env=env, capture_output=True, text=True, timeout=60)
     assert "in flight" in status.stdout and "host:42:ab:0" in status.stdout
+    with psycopg.connect(dsn, autocommit=True) as conn:  # timestamps set by hand to what Python cannot hold
+        conn.execute(
+            "INSERT INTO connector.documents (source_key, content, status, attempts, claimed_by, heartbeat_at, "
+            "lease_expires_at) VALUES ('stuck', 'x', 'processing', 1, 'host:43:cd:0', '-infinity', '-infinity'), "
+            "('forever', 'x', 'processing', 1, 'host:44:ef:0', now(), 'infinity')"
+        )
+    status = subprocess.run(connector_cmd("status", "--dsn", dsn), env=env, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr  # was: "timestamp too small (before year 1): '-infinity'"
+    assert "host:43:cd:0" in status.stdout and "host:44:ef:0" in status.stdout
 
     def retry(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(connector_cmd("retry", *args, "--dsn", dsn), env=env, capture_output=True, text=True,

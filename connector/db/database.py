@@ -6,11 +6,13 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import set_json_dumps
 
 from connector import secrets
@@ -186,12 +188,30 @@ def connect(dsn: str, **kwargs) -> psycopg.Connection:
     # jsonb parameters (candidates' params, shapes and timings, blocks: forty a document) written with orjson,
     # several times faster than the standard library's encoder.
     set_json_dumps(_json_dumps, conn)
+    conn.adapters.register_loader("timestamptz", _TimestamptzLoader)
     try:
         register_vector(conn)
     except psycopg.ProgrammingError:
         # The extension is not installed yet (before the first migration); vectors are not needed then.
         conn.rollback()
     return conn
+
+
+class _TimestamptzLoader(TimestamptzLoader):
+    """psycopg's, with Postgres's `infinity` and `-infinity` read as the latest and earliest datetimes Python has: a
+    user who set a row's `retry_after` to '-infinity' ("now") or a lease to 'infinity' by hand made `connector
+    status` and every reader of that row fail ("timestamp too small")."""
+
+    def load(self, data):
+        if data == b"infinity":
+            return _LATEST
+        if data == b"-infinity":
+            return _EARLIEST
+        return super().load(data)
+
+
+_LATEST = datetime.max.replace(tzinfo=UTC)
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 
 def alembic_config(connection=None, embedding_dim: int | None = None):
