@@ -428,7 +428,7 @@ class Worker:
                 raise  # the caller reconnects
             log.warning("could not look for replicas stuck mid-write: %s", secrets.one_line(str(exc)))
             return
-        for session in ended:
+        for session in (s for s in ended if s.ended):  # (not: gone on its own meanwhile)
             log.warning("ended database session %d (client %s): stuck %.0f s in the middle of a write, waiting for "
                         "its client while holding queued documents locked (a replica frozen or cut off); they are "
                         "claimable again", session.pid, session.client or "local", session.stuck_s)  # fmt: skip
