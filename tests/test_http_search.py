@@ -213,3 +213,24 @@ def test_the_server_binds_port_0_keeps_the_signal_handlers_and_leaves_no_thread(
         server.stop()  # the autouse fixture fails the test if a thread (uvicorn's, a pool's) outlives this
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == handlers
     assert not [r for r in caplog.records if r.name.startswith("uvicorn") and r.levelno < logging.WARNING]
+
+
+def test_the_queue_page_reads_a_lease_or_retry_after_set_to_infinity_by_hand(migrated_dsn: str) -> None:
+    """`connector status` read them; the web server's pool (its own connections) failed /ui/queue with "timestamp
+    too small (before year 1)"."""
+    from connector.db import browse
+    from connector.web.pool import DatabasePool
+
+    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO connector.documents (source_key, content, status, attempts, claimed_by, heartbeat_at, "
+            "lease_expires_at, retry_after) VALUES ('stuck', 'x', 'processing', 1, 'host:43:cd:0', '-infinity', "
+            "'-infinity', NULL), ('later', 'x', 'pending', 1, NULL, NULL, NULL, 'infinity')"
+        )
+    pool = DatabasePool(migrated_dsn)
+    try:
+        with pool.connection() as conn:  # what the queue page reads
+            rows = {r.source_key: r for r in browse.queue_rows(conn, 10)}
+    finally:
+        pool.close()
+    assert rows["stuck"].lease_expires_at.year == 1 and rows["later"].retry_after.year == 9999

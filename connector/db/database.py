@@ -188,13 +188,19 @@ def connect(dsn: str, **kwargs) -> psycopg.Connection:
     # jsonb parameters (candidates' params, shapes and timings, blocks: forty a document) written with orjson,
     # several times faster than the standard library's encoder.
     set_json_dumps(_json_dumps, conn)
-    conn.adapters.register_loader("timestamptz", _TimestamptzLoader)
+    load_infinite_timestamps(conn)
     try:
         register_vector(conn)
     except psycopg.ProgrammingError:
         # The extension is not installed yet (before the first migration); vectors are not needed then.
         conn.rollback()
     return conn
+
+
+def load_infinite_timestamps(conn: psycopg.Connection) -> None:
+    """Read `infinity` and `-infinity` as the latest and earliest datetimes (`_TimestamptzLoader`): on every
+    connection that reads the queue's timestamps, the web server's pool included."""
+    conn.adapters.register_loader("timestamptz", _TimestamptzLoader)
 
 
 class _TimestamptzLoader(TimestamptzLoader):

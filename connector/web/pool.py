@@ -12,7 +12,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from connector.db.database import check_dsn, connect
+from connector.db.database import check_dsn, connect, load_infinite_timestamps
 from connector.errors import TransientError
 from connector.secrets import one_line
 
@@ -87,4 +87,5 @@ def _configure(conn: psycopg.Connection) -> None:
     from pgvector.psycopg import register_vector
 
     register_vector(conn)
+    load_infinite_timestamps(conn)  # a lease or retry_after set to 'infinity' by hand: /ui/queue shows it
     conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
