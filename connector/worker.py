@@ -35,6 +35,7 @@ import psycopg
 
 from connector import secrets
 from connector.db.database import MissingPrivilege
+from connector.db.rows import EndedSession
 from connector.db.store import LOCKED, ClaimedRow, Store
 from connector.errors import (
     ConnectionLostBeforeWrite,
@@ -105,6 +106,7 @@ class Worker:
         self._indexed = False  # the chunks' HNSW index exists (see `index_if_due`)
         self._next_index_check = 0.0
         self._next_stuck_check = 0.0  # see `end_stuck_writers_if_due`
+        self._stuck: list[EndedSession] = []  # the replicas' sessions found stuck by the last check, not ended
         self.held: list[ClaimedRow] = []  # the rows it holds now, claimed and not yet finished (read on shutdown)
         self.lost_while_writing: list[int] = []  # ids being written when its connection died (see `_store`)
         self._next_beat = 0.0  # when the leases of `held` are next extended
@@ -417,17 +419,20 @@ class Worker:
         """End the database sessions of replicas frozen or cut off in the middle of a write for a lease, holding
         queued rows locked (`Store.end_stuck_writers`): their leases are over, but every replica skips locked rows,
         and the server would wait for the stuck client as long as it is frozen. Asked every third of a lease, between
-        batches, holding nothing; a failure is logged and asked again later."""
+        batches, holding nothing; a session is ended when found so twice, with nothing received in between (one alive
+        but slow to send its COPY is left to finish); a failure is logged and asked again later."""
         if time.monotonic() < self._next_stuck_check:
             return
         self._next_stuck_check = time.monotonic() + self.lease_seconds / 3
         try:
-            ended = self.store.end_stuck_writers(self.lease_seconds)
+            ended = self.store.end_stuck_writers(self.lease_seconds, self._stuck)
         except psycopg.Error as exc:
+            self._stuck = []
             if self.store.conn.broken:
                 raise  # the caller reconnects
             log.warning("could not look for replicas stuck mid-write: %s", secrets.one_line(str(exc)))
             return
+        self._stuck = [s for s in ended if s.ended is None]
         for session in (s for s in ended if s.ended):  # (not: gone on its own meanwhile)
             log.warning("ended database session %d (client %s): stuck %.0f s in the middle of a write, waiting for "
                         "its client while holding queued documents locked (a replica frozen or cut off); they are "

@@ -584,6 +584,55 @@ def test_a_replica_frozen_in_the_middle_of_a_copy_lets_go_of_its_rows_after_a_le
             proc.stderr.close()
 
 
+_SLOW_COPY = """
+import sys, time
+from connector.db.database import connect
+conn = connect(sys.argv[1])
+with conn.transaction():
+    conn.execute(sys.argv[2])
+    conn.execute(sys.argv[3])
+    conn.execute("CREATE TEMP TABLE slow (body text)")
+    with conn.cursor().copy("COPY slow FROM STDIN") as copy:
+        print(conn.info.backend_pid, flush=True)
+        for _ in range(int(sys.argv[4])):
+            copy.write_row(("x" * 40_000,))  # over psycopg's buffer: sent at once
+            time.sleep(0.2)
+print("committed", flush=True)
+"""
+
+
+def test_a_replica_slow_to_send_its_copy_is_left_to_finish_it(settings: Settings) -> None:
+    """A replica alive but slow to send its batch's COPY (a large batch over a slow link) waits for its client, in
+    the middle of a statement, between its sends, as a frozen one does; it was ended once its COPY had taken a
+    lease, and then so was every replica that claimed the rows after it, at every try. It is left to finish."""
+    from connector.db import queries
+
+    settings = settings.model_copy(update={"lease_seconds": 2})
+    dsn = settings.dsn.get_secret_value()
+    with connect(dsn, autocommit=True) as conn:
+        (held,) = conn.execute(
+            "INSERT INTO connector.documents (source_key, content) VALUES ('big', 'x') RETURNING id"
+        ).fetchone()
+        worker = Worker(conn, Pipeline(settings, FakeEmbedder()), [])
+        lock = queries.LOCK_DOCUMENTS.replace("%s", f"ARRAY[{held}]::bigint[]")
+        sends = 30  # six seconds: three leases
+        writer = subprocess.Popen([sys.executable, "-c", _SLOW_COPY, dsn, queries.LOCK_TABLE_FIRST, lock, str(sends)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            pid = int(writer.stdout.readline())
+            while writer.poll() is None:
+                worker.end_stuck_writers_if_due()
+                time.sleep(0.1)
+            assert writer.returncode == 0, writer.stderr.read()
+            assert writer.stdout.read() == "committed\n"
+            assert pid not in {p for (p,) in conn.execute("SELECT pid FROM pg_stat_activity")}
+        finally:
+            writer.kill()
+            writer.wait()
+            writer.stdout.close()
+            writer.stderr.close()
+
+
 def test_a_database_whose_default_isolation_is_serializable_still_runs_the_queue_in_read_committed(
     settings: Settings,
 ) -> None:

@@ -229,13 +229,20 @@ WHERE c.document_id = ANY(%s)
 # `FOR UPDATE` takes): a replica frozen mid-write (SIGSTOP, `docker pause`, a paused VM) or cut off from the
 # database. The server waits for such a client as long as it is frozen, or until its TCP keepalive gives up (two
 # hours by default): neither statement_timeout nor idle_in_transaction_session_timeout ends a session waiting for
-# a COPY's data, and every other replica skips the locked rows though their leases ran out. They are ended here;
-# the replica, if it comes back, finds its connection closed, reconnects, and its stale claims are worthless (the
-# claim token). A role may end its own sessions without any grant.
+# a COPY's data, and every other replica skips the locked rows though their leases ran out. A session is ended only
+# when it is found so a second time with nothing received meanwhile: the same statement (`since`) and, in a COPY,
+# the same count of bytes (`received`, -1 outside a COPY), as in `%(pids)s`, `%(since)s`, `%(received)s` (what the
+# previous call returned, `ended` NULL): a replica alive but slow to send a long COPY (a large batch over a slow
+# link) waits for its client too, between its sends, and is left to finish. The replica, if it comes back, finds its
+# connection closed, reconnects, and its stale claims are worthless (the claim token). A role may end its own
+# sessions without any grant.
 END_STUCK_WRITERS = """
 SELECT a.pid, a.client_addr::text AS client, extract(epoch FROM now() - a.query_start)::float8 AS stuck_s,
-       pg_terminate_backend(a.pid) AS ended
-FROM pg_stat_activity a
+       a.query_start AS since, coalesce(p.bytes_processed, -1) AS received,
+       CASE WHEN (a.pid, a.query_start, coalesce(p.bytes_processed, -1)) IN (
+                 SELECT * FROM unnest(%(pids)s::int[], %(since)s::timestamptz[], %(received)s::int8[]))
+            THEN pg_terminate_backend(a.pid) END AS ended
+FROM pg_stat_activity a LEFT JOIN pg_stat_progress_copy p ON p.pid = a.pid
 WHERE a.datname = current_database() AND a.usename = current_user
   AND a.application_name = current_setting('application_name') AND a.pid <> pg_backend_pid()
   AND a.state = 'active' AND a.wait_event_type = 'Client' AND a.wait_event = 'ClientRead'

@@ -227,9 +227,12 @@ class Passage:
 
 @dataclass(frozen=True, slots=True)
 class EndedSession:
-    """A replica's session ended because it was stuck mid-write holding queued rows (`queries.END_STUCK_WRITERS`)."""
+    """A replica's session found stuck mid-write holding queued rows, and ended the second time it is found so with
+    nothing received meanwhile (`queries.END_STUCK_WRITERS`)."""
 
     pid: int
     client: str | None  # its address; None over a Unix socket
     stuck_s: float
-    ended: bool  # False: the server could not signal it (it was already gone)
+    since: datetime  # its statement's start
+    received: int  # the bytes its COPY received; -1 outside a COPY
+    ended: bool | None  # None: not ended (first found so, or it received more since); False: already gone

@@ -280,11 +280,13 @@ class Store:
         with self.conn.transaction():
             return {found for (found,) in self.conn.execute(queries.HEARTBEAT_MANY, params)}
 
-    def end_stuck_writers(self, stuck_seconds: int) -> list[EndedSession]:
-        """End the sessions of replicas stuck mid-write for `stuck_seconds` holding queued rows (see
-        `queries.END_STUCK_WRITERS`); what was ended."""
+    def end_stuck_writers(self, stuck_seconds: int, seen: Sequence[EndedSession] = ()) -> list[EndedSession]:
+        """The sessions of replicas stuck mid-write for `stuck_seconds` holding queued rows, those of them ended that
+        are still as in `seen`, what the previous call found (see `queries.END_STUCK_WRITERS`)."""
+        params = {"stuck": stuck_seconds, "pids": [s.pid for s in seen], "since": [s.since for s in seen],
+                  "received": [s.received for s in seen]}  # fmt: skip
         with self.conn.transaction(), self.conn.cursor(row_factory=class_row(EndedSession)) as cur:
-            return cur.execute(queries.END_STUCK_WRITERS, {"stuck": stuck_seconds}).fetchall()
+            return cur.execute(queries.END_STUCK_WRITERS, params).fetchall()
 
     def build_vector_index(self, min_chunks: int) -> bool:
         """Build the chunks' HNSW index if the table has `min_chunks` chunks and nobody else is building it (see
