@@ -558,6 +558,12 @@ def test_a_replica_frozen_in_the_middle_of_a_copy_lets_go_of_its_rows_after_a_le
             loader, loader_pid = _frozen_mid_copy(dsn, "", "COPY connector.documents (source_key) FROM STDIN")
             procs.append(loader)
             assert worker.drain(threading.Event()) == 0, "the frozen replica's row is locked: skipped"
+            time.sleep(2.1)  # a lease in its COPY
+            # The query for servers older than 14 (no COPY progress to read) finds it too, and ends nothing at a
+            # first look.
+            empty = {"stuck": 2, "pids": [], "since": [], "received": []}
+            found = conn.execute(queries.END_STUCK_WRITERS_BEFORE_14, empty).fetchall()
+            assert [(pid, received, ended) for pid, _, _, _, received, ended in found] == [(frozen_pid, -1, None)]
 
             def written() -> bool:
                 worker.drain(threading.Event())

@@ -250,6 +250,11 @@ WHERE a.datname = current_database() AND a.usename = current_user
   AND EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.granted AND l.mode = 'RowShareLock'
               AND l.relation = 'connector.documents'::regclass)
 """
+# Before Postgres 14 there is no `pg_stat_progress_copy`: a COPY's progress cannot be seen, and a session is ended
+# when found in the same statement twice.
+END_STUCK_WRITERS_BEFORE_14 = END_STUCK_WRITERS.replace(
+    "LEFT JOIN pg_stat_progress_copy p ON p.pid = a.pid", ""
+).replace("coalesce(p.bytes_processed, -1)", "-1::int8")
 
 # Migration 0015: the chunks' HNSW index, once the table has this many chunks (true once it exists).
 BUILD_VECTOR_INDEX = "SELECT connector.build_vector_index(%s)"

@@ -286,7 +286,9 @@ class Store:
         params = {"stuck": stuck_seconds, "pids": [s.pid for s in seen], "since": [s.since for s in seen],
                   "received": [s.received for s in seen]}  # fmt: skip
         with self.conn.transaction(), self.conn.cursor(row_factory=class_row(EndedSession)) as cur:
-            return cur.execute(queries.END_STUCK_WRITERS, params).fetchall()
+            modern = self.conn.info.server_version >= 140000
+            return cur.execute(queries.END_STUCK_WRITERS if modern else queries.END_STUCK_WRITERS_BEFORE_14,
+                               params).fetchall()  # fmt: skip
 
     def build_vector_index(self, min_chunks: int) -> bool:
         """Build the chunks' HNSW index if the table has `min_chunks` chunks and nobody else is building it (see
