@@ -819,6 +819,8 @@ def bench(
 
     _logging(verbose, quiet=True)
     settings = _settings(dsn, embedder=embedder)
+    if cores_per_worker is not None and rows is None:
+        raise typer.BadParameter("--cores-per-worker is for the --rows benchmark", param_hint="--cores-per-worker")
     if rows is not None:
         from connector.bench import rows as rows_bench
 

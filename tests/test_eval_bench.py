@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -162,6 +163,9 @@ def test_bench_rows_pins_each_worker_process_to_cores_of_its_own_as_a_replica_wi
     assert refused.returncode == 2
     said = " ".join((refused.stdout + refused.stderr).split())
     assert f"need {too_many} cores; this process may use {len(mine)}" in said
+    alone = run(tmp_path, "bench", str(corpus), "--cores-per-worker", "1", "--dsn", dsn)
+    unboxed = " ".join(re.sub(r"[│╭╮╰╯─]", " ", alone.stdout + alone.stderr).split())  # rich's error panel
+    assert alone.returncode == 2 and "is for the --rows benchmark" in unboxed
     assert scratch_databases(dsn) == []
 
 
