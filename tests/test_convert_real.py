@@ -67,6 +67,7 @@ def test_every_real_document_converts_with_exact_offsets(name: str) -> None:
     untitled |= {"readxl-datasets.xls", "readxl-deaths.xls"}  # xlrd reads no document properties
     untitled |= {"olefile-test-ole-file.doc"}  # one paragraph; its properties name an author only
     untitled |= {"bc.info.gz"}  # its Top node has no heading, only a menu
+    untitled |= {"groff.info-2-excerpt.gz"}  # a split manual's second part: no Top node
     # prose, then several headings of one level: none names the whole (ikiwiki titles the page by its file name)
     untitled |= {"ikiwiki-directive-template.mdwn", "emacs-TUTORIAL.ja-excerpt"}
     untitled |= {"gworkspace-help-recycler.rtf"}  # no \info title, and its "The Recycler" is only set large
@@ -479,6 +480,15 @@ def test_gzipped_files_read_as_what_they_hold_named_by_the_name_inside() -> None
     assert {"1 Introduction", "3.5.4 Command Substitution", "D.5 Concept Index"} <= set(headings(info))
     # titled by its Top node's heading, not by its file name: every chapter is underlined as that heading is
     assert info.title == "Bash Features"
+
+
+def test_an_info_manual_in_latin_1_with_index_markers_is_text() -> None:
+    """groff.info-2 is Latin-1 with texinfo's `\\0\\b[index\\0\\b]` markers: it failed as binary data, as stray NULs
+    were let through in UTF-8 text only."""
+    info = doc("groff.info-2-excerpt.gz")
+    assert "Copyright © 1994-2018 Free Software Foundation, Inc." in info.markdown
+    assert "Appendix B Request Index" in headings(info)
+    assert "\x00" not in info.markdown and "\b" not in info.markdown and "[index]" not in info.markdown
 
 
 _INFO_APPARATUS = re.compile(

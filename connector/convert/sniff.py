@@ -345,8 +345,8 @@ def decode(data: bytes, guess: bool = True) -> str:
     try:
         source = data[skip:].decode(codec)
     except UnicodeDecodeError as exc:
-        if codec == "utf-8" and not skip and b"\x00" in data:  # stray NULs let it be tried as text: it is not
-            raise BinaryData() from exc
+        if codec == "utf-8" and not skip and b"\x00" in data and not _stray_nuls(data):
+            raise BinaryData() from exc  # NULs let it be tried as text, and it is not UTF-8: binary data
         if codec == "utf-8" and not skip:
             if (declared := charset.declared(data)) not in (None, "utf_8"):
                 try:
