@@ -8,7 +8,10 @@ import contextlib
 import logging
 import os
 import re
+import select
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -637,6 +640,125 @@ def test_a_replica_slow_to_send_its_copy_is_left_to_finish_it(settings: Settings
             writer.wait()
             writer.stdout.close()
             writer.stderr.close()
+
+
+# Run in a network namespace of its own: Postgres over TCP on its loopback (relayed to the unix socket of the test's
+# relay, outside), then the loopback taken down under a connection, as a partition: what is sent is never
+# acknowledged. libpq's keepalives probe only a connection with nothing unacknowledged on it.
+_PARTITIONED = """
+import fcntl, socket, struct, sys, threading
+import psycopg
+from psycopg.conninfo import make_conninfo
+from connector.db.database import connect
+
+def loopback(up):  # SIOCGIFFLAGS, SIOCSIFFLAGS: the `ip link set lo up/down` of this namespace
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    flags = struct.unpack_from("16sH", fcntl.ioctl(s, 0x8913, struct.pack("16sH14x", b"lo", 0)))[1]
+    fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", flags | 1 if up else flags & ~1))
+
+def pump(a, b):
+    with a, b:
+        while data := a.recv(65536):
+            b.sendall(data)
+
+def serve(listener, path):
+    while True:
+        client, _ = listener.accept()
+        server = socket.socket(socket.AF_UNIX)
+        server.connect(path)
+        threading.Thread(target=pump, args=(client, server), daemon=True).start()
+        threading.Thread(target=pump, args=(server, client), daemon=True).start()
+
+relay, dsn = sys.argv[1], sys.argv[2]
+loopback(True)
+listener = socket.create_server(("127.0.0.1", 0))
+threading.Thread(target=serve, args=(listener, relay), daemon=True).start()
+dsn = make_conninfo(dsn, host="127.0.0.1", port=listener.getsockname()[1], keepalives_idle=1,
+                    keepalives_interval=1, keepalives_count=2)
+with connect(dsn, autocommit=True) as conn:
+    print("connected:", conn.execute("SELECT 1").fetchone()[0], flush=True)
+    loopback(False)
+    try:
+        conn.execute("SELECT 2")
+        print("answered across the partition", flush=True)
+    except psycopg.OperationalError as exc:
+        print("lost:", exc, flush=True)
+"""
+
+
+class _UnixRelay:
+    """Postgres (wherever the DSN says) behind a unix socket in a folder of this test's, which a child in a user
+    namespace of its own may open (the embedded server's socket lies in a folder of its own system user)."""
+
+    def __init__(self, dsn: str, folder: Path):
+        from psycopg.conninfo import conninfo_to_dict
+
+        params = conninfo_to_dict(dsn)
+        host, port = params.get("host") or "127.0.0.1", params.get("port") or "5432"
+        self.target = f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, int(port))
+        self.path = str(folder / ".s.PGSQL.5432")
+        self.listener = socket.socket(socket.AF_UNIX)
+        self.listener.bind(self.path)
+        self.listener.listen()
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self._serve, name="pg-unix-relay")]
+        self.threads[0].start()
+
+    def _serve(self) -> None:
+        while not self.stopping.is_set():
+            if not select.select([self.listener], [], [], 0.1)[0]:
+                continue
+            client, _ = self.listener.accept()
+            server = socket.socket(socket.AF_UNIX if isinstance(self.target, str) else socket.AF_INET)
+            server.connect(self.target)
+            for a, b in ((client, server), (server, client)):
+                self.threads.append(threading.Thread(target=self._pump, args=(a, b), name="pg-unix-relay-pump"))
+                self.threads[-1].start()
+
+    @staticmethod
+    def _pump(a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                b.sendall(data)
+        with contextlib.suppress(OSError):
+            b.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        """Stop; the connections' threads end with the child that held them (killed by then)."""
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join()
+        self.listener.close()
+
+
+def test_a_partition_while_a_statement_is_on_the_wire_ends_the_connection_as_keepalives_would(
+    settings: Settings,
+) -> None:
+    """A network partition that came while a worker's statement was on the wire (its claim, its batch's COPY or
+    COMMIT: most of a busy worker's time) went unnoticed for the kernel's ~15 minutes of retransmissions: keepalives
+    only probe a connection with nothing unacknowledged on it. Measured with a replica cut off by a partition
+    mid-write: its two workers sat 15 minutes in one statement each, long after their leases had run out and another
+    replica had done their rows. Connections now carry a `tcp_user_timeout` as long as their keepalives take to give
+    up (90 s by default): the statement fails then, and the worker reconnects as after any lost connection."""
+    if subprocess.run(["unshare", "--user", "--map-root-user", "--net", "true"], capture_output=True).returncode:
+        pytest.skip("cannot make a network namespace here (unshare --user --net)")
+    folder = Path(tempfile.mkdtemp(prefix="pgrelay-"))  # short: a unix socket's path is limited to 107 bytes
+    relay = _UnixRelay(settings.dsn.get_secret_value(), folder)
+    cmd = ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-c", _PARTITIONED, relay.path,
+           settings.dsn.get_secret_value()]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=Path(__file__).parents[1], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=45)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        out += "\n(still waiting for the answer to a statement sent into the partition after 45 s)"
+    finally:
+        relay.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    assert "connected: 1" in out, out
+    assert "lost:" in out, out
 
 
 def test_a_database_whose_default_isolation_is_serializable_still_runs_the_queue_in_read_committed(

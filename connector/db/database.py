@@ -102,6 +102,25 @@ KEEPALIVES = {"keepalives": 1, "keepalives_idle": 60, "keepalives_interval": 10,
 APPLICATION_NAME = {"fallback_application_name": "connector"}
 
 
+def _tcp_options(given: dict) -> dict:
+    """`KEEPALIVES` where the DSN sets none of its own, and a `tcp_user_timeout` of as long as they take.
+
+    Keepalives only probe a connection with nothing unacknowledged on it. A partition that comes while a request is
+    on the wire (a claim, a batch's COPY, its COMMIT: most of a busy worker's time) leaves that request to the
+    kernel's retransmissions, which give up after ~15 minutes (`tcp_retries2`): the worker sat that long in one
+    statement, long after its leases had run out and another replica had its rows. `tcp_user_timeout` bounds how
+    long sent data may go unacknowledged, here to what keepalives take to give up on an idle connection."""
+    options = {k: v for k, v in KEEPALIVES.items() if k not in given}
+    effective = {**KEEPALIVES, **given}
+    if "tcp_user_timeout" not in given and str(effective["keepalives"]) != "0":
+        with contextlib.suppress(ValueError):
+            seconds = int(effective["keepalives_idle"]) + int(effective["keepalives_interval"]) * int(
+                effective["keepalives_count"]
+            )
+            options["tcp_user_timeout"] = seconds * 1000
+    return options
+
+
 def guard_session(conn: psycopg.Connection, lease_seconds: int) -> None:
     """End this session if it ever sits in an open transaction for a lease (unless the role or database set their
     own limit): a replica frozen mid-transaction (SIGSTOP, `docker pause`, a paused VM, a partition) kept the rows it
@@ -178,8 +197,8 @@ def connect(dsn: str, **kwargs) -> psycopg.Connection:
     check_dsn(dsn)
     try:
         given = conninfo_to_dict(dsn)
-        defaults = {**KEEPALIVES, **APPLICATION_NAME}
-        kwargs = {**{k: v for k, v in defaults.items() if k not in given}, "cursor_factory": _Cursor, **kwargs}
+        defaults = {**_tcp_options(given), **{k: v for k, v in APPLICATION_NAME.items() if k not in given}}
+        kwargs = {**defaults, "cursor_factory": _Cursor, **kwargs}
         conn = psycopg.connect(dsn, **kwargs)
     except psycopg.OperationalError as exc:
         raise _cannot_connect(dsn, exc) from exc
