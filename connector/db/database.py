@@ -121,6 +121,30 @@ def _tcp_options(given: dict) -> dict:
     return options
 
 
+def _keep_server_alive(conn: psycopg.Connection, given: dict) -> None:
+    """The server's side of the session probes this client as the client probes it (the same keepalives and user
+    timeout), unless the server, role or database set their own; over a unix socket there is nothing to probe.
+
+    The server's default is the kernel's: a first probe after two hours idle. A replica gone without a word (its
+    host powered off, a partition) left its idle sessions (LISTEN, the embedding cache's, a worker's between
+    batches) holding their connection slots for those two hours: measured, 4 per cut replica, still there when
+    watching stopped (16 minutes); one in the middle of a batch's COPY kept that batch's rows locked as long unless
+    a fellow replica ended it (`queries.END_STUCK_WRITERS`, after a lease: a lone replica has none). With this,
+    the server ended all 5 sessions of a replica cut off mid-COPY within 97 s of the cut."""
+    effective = {**KEEPALIVES, **given}
+    if str(effective["keepalives"]) == "0":
+        return
+    try:
+        idle, interval, count = (int(effective[k]) for k in ("keepalives_idle", "keepalives_interval",
+                                                               "keepalives_count"))  # fmt: skip
+        user_timeout = int(effective.get("tcp_user_timeout") or (idle + interval * count) * 1000)
+    except ValueError:  # libpq accepted the DSN's value; the server keeps its own then
+        return
+    params = {"idle": str(idle), "interval": str(interval), "count": str(count), "user_timeout": str(user_timeout)}
+    with conn.transaction():
+        conn.execute(queries.SERVER_KEEPALIVES, params)
+
+
 def guard_session(conn: psycopg.Connection, lease_seconds: int) -> None:
     """End this session if it ever sits in an open transaction for a lease (unless the role or database set their
     own limit): a replica frozen mid-transaction (SIGSTOP, `docker pause`, a paused VM, a partition) kept the rows it
@@ -204,6 +228,11 @@ def connect(dsn: str, **kwargs) -> psycopg.Connection:
         raise _cannot_connect(dsn, exc) from exc
     except psycopg.ProgrammingError as exc:  # a value libpq refuses (connect_timeout=abc): the DSN is wrong
         raise FatalError(f"invalid DSN {_masked(dsn)}: {secrets.scrub(str(exc))}") from None
+    try:
+        _keep_server_alive(conn, given)
+    except psycopg.OperationalError as exc:
+        conn.close()
+        raise _cannot_connect(dsn, exc) from exc
     # jsonb parameters (candidates' params, shapes and timings, blocks: forty a document) written with orjson,
     # several times faster than the standard library's encoder.
     set_json_dumps(_json_dumps, conn)

@@ -619,3 +619,14 @@ WHERE n.nspname = 'connector' AND c.relkind IN ('r', 'p', 'S') AND NOT c.relispa
                ELSE has_table_privilege(c.oid, p.privilege) END
 ORDER BY c.relname, p.i
 """
+
+
+# The server's TCP keepalives and user timeout for this session, as the client's (`database._keep_server_alive`):
+# only those the server, role or database left at their default, and only over TCP.
+SERVER_KEEPALIVES = """
+SELECT set_config(s.name, ours.value, false)
+FROM (VALUES ('tcp_keepalives_idle', %(idle)s), ('tcp_keepalives_interval', %(interval)s),
+             ('tcp_keepalives_count', %(count)s), ('tcp_user_timeout', %(user_timeout)s)) AS ours (name, value)
+JOIN pg_settings s ON s.name = ours.name
+WHERE s.source = 'default' AND inet_client_addr() IS NOT NULL
+"""
