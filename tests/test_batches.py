@@ -292,6 +292,38 @@ def test_a_connection_lost_before_the_write_costs_the_batch_no_try(settings: Set
         assert_consistent(conn)
 
 
+def test_a_reconnecting_worker_gives_back_its_rows_without_waiting_for_its_old_session(settings: Settings) -> None:
+    """A replica cut off by a partition in the middle of a batch's COPY reconnects (the partition healed) while the
+    server still runs its old session, waiting for the rest of the COPY with the batch's rows locked. Giving back
+    what it held waited for those locks: measured, the reconnected worker sat in that UPDATE, claiming nothing, for
+    as long as the old session lived (the server's keepalives: two hours by default). It now gives back the rows it
+    can and leaves the locked ones to their lease, as the claim and the heartbeat do."""
+    dsn = settings.dsn.get_secret_value()
+    with connect(dsn, autocommit=True) as conn, connect(dsn, autocommit=True) as old:
+        ids = _insert(conn, 4)
+        rows = Store(conn).claim_batch(60, "w", [], 8, 10**9)
+        assert [r.id for r in rows] == ids
+        old.execute("BEGIN")  # the session of before the loss, mid-write: two of the rows locked
+        old.execute("SELECT id FROM connector.documents WHERE id = ANY(%s) FOR UPDATE", (ids[:2],))
+        given: list[int] = []
+        back = threading.Thread(target=lambda: given.append(Store(conn).release_mine("w", ids[:1] + ids[2:3], "lost")))
+        back.start()
+        back.join(30)
+        stalled = back.is_alive()
+        old.rollback()  # the server ends it at last
+        back.join()
+        assert not stalled, "giving back waited for the old session's locks"
+        assert given == [2]
+        found = conn.execute("SELECT id, status, claimed_by, lease_expires_at < now() FROM connector.documents "
+                             "ORDER BY id").fetchall()  # fmt: skip
+        assert found == [
+            (ids[0], "processing", "w", False),  # locked: left to its lease
+            (ids[1], "processing", "w", False),
+            (ids[2], "processing", None, True),  # a suspect, abandoned: claimed again alone
+            (ids[3], "pending", None, None),
+        ]
+
+
 def test_a_row_whose_worker_died_is_claimed_alone(settings: Settings) -> None:
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         _insert(conn, 6)

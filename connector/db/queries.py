@@ -293,19 +293,27 @@ RETURNING id, source_key
 # A worker reconnecting after a lost connection gives back what it held under its previous connection. No try is
 # counted: a row cannot have caused a loss it was not being written during (the database restarted, a proxy or the
 # network dropped the connection), and counting one per outage failed innocent rows of a flapping database.
+# A row another session keeps locked is skipped, not waited for, and left to its lease: that session may be the
+# worker's own from before the loss, which the server has not ended yet (still in a batch's COPY when the network
+# went: it ends when the server's keepalives give up on it), or an application's open transaction. Waiting held up
+# the reconnected worker, claiming nothing, for as long as that session lived.
 RELEASE_MINE = """
-UPDATE connector.documents
+UPDATE connector.documents d
 SET status = 'pending', attempts = attempts + 1, lease_expires_at = NULL, claimed_by = NULL, updated_at = now()
-WHERE claimed_by = %(worker)s AND status = 'processing'
+FROM (SELECT id FROM connector.documents WHERE claimed_by = %(worker)s AND status = 'processing'
+      FOR NO KEY UPDATE SKIP LOCKED) mine
+WHERE d.id = mine.id
 """
 
 # ...except the rows whose write was on the wire when the connection died: one of them may be what ended it (a
 # server process that crashes on its data). They are abandoned, as if their worker had died (`ABANDON`):
 # `CLAIM_BATCH` takes each alone and counts the try, so the culprit fails on its own and the others go through.
 ABANDON_MINE = """
-UPDATE connector.documents
+UPDATE connector.documents d
 SET lease_expires_at = now() - interval '1 second', last_error = %(error)s, updated_at = now(), claimed_by = NULL
-WHERE id = ANY(%(ids)s) AND claimed_by = %(worker)s AND status = 'processing'
+FROM (SELECT id FROM connector.documents WHERE id = ANY(%(ids)s) AND claimed_by = %(worker)s AND status = 'processing'
+      FOR NO KEY UPDATE SKIP LOCKED) mine
+WHERE d.id = mine.id
 """
 
 # Ready: what a worker would claim now (`CLAIM_BATCH`): pending rows not backing off, and rows whose holder's lease
