@@ -323,9 +323,12 @@ class _WorkerThread(threading.Thread):
                 # their tries' fault; five such outages failed them.
                 self.worker.forgive_abandoned_until = time.monotonic() + self.settings.lease_seconds + _MAX_BACKOFF
             error = "the database connection was lost while it was being written"
-            if released := self.worker.store.release_mine(self.name_in_queue, self.suspects, error):
-                alone = f" ({len(self.suspects)} being written then: each tried again alone)" if self.suspects else ""
-                log.info("gave back %d document(s) held before the connection or a grant was lost%s", released, alone)
+            if (given := self.worker.store.release_mine(self.name_in_queue, self.suspects, error)).total:
+                # Counted from the rows, not from `suspects`: a write whose COMMIT went through before its reply was
+                # lost left them done, and they are not tried again.
+                alone = f" ({given.abandoned} being written then: each tried again alone)" if given.abandoned else ""
+                log.info("gave back %d document(s) held before the connection or a grant was lost%s", given.total,
+                         alone)  # fmt: skip
             self.suspects = []
             self.backoff = 1.0  # connected: the next outage starts its waits from a second again
             if self.once:

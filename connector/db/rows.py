@@ -236,3 +236,15 @@ class EndedSession:
     since: datetime  # its statement's start
     received: int  # the bytes its COPY received; -1 outside a COPY
     ended: bool | None  # None: not ended (first found so, or it received more since); False: already gone
+
+
+@dataclass(frozen=True, slots=True)
+class GivenBack:
+    """What a worker gave back on reconnecting (`Store.release_mine`)."""
+
+    abandoned: int  # being written when the connection was lost, and not done: each claimed again alone
+    released: int  # held, handed back as they were
+
+    @property
+    def total(self) -> int:
+        return self.abandoned + self.released

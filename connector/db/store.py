@@ -22,6 +22,7 @@ from connector.db.rows import (
     FolderFile,
     FolderSignature,
     FoundDocument,
+    GivenBack,
     LastError,
     Lease,
     Passage,
@@ -214,13 +215,14 @@ class Store:
         with self.conn.transaction(), self.conn.cursor(row_factory=class_row(DocumentKey)) as cur:
             return cur.execute(queries.RETRY_FAILED, {"ref": ref}).fetchall()
 
-    def release_mine(self, worker: str, suspects: Sequence[int] = (), error: str = "") -> int:
+    def release_mine(self, worker: str, suspects: Sequence[int] = (), error: str = "") -> GivenBack:
         """Give back the rows `worker` held under a connection that was lost: the `suspects` (ids whose write was
-        under way) abandoned, to be claimed alone with a try counted, the others as they were, no try counted."""
+        under way) abandoned, to be claimed alone with a try counted, the others as they were, no try counted. A
+        suspect whose write committed before the loss (its reply lost) is done, and neither."""
         with self.conn.transaction():
             abandoned = self.conn.execute(queries.ABANDON_MINE, {"ids": list(suspects), "worker": worker,
                                                                  "error": error[:4000]}).rowcount  # fmt: skip
-            return abandoned + self.conn.execute(queries.RELEASE_MINE, {"worker": worker}).rowcount
+            return GivenBack(abandoned, self.conn.execute(queries.RELEASE_MINE, {"worker": worker}).rowcount)
 
     def delete_folder_documents(self, key: str) -> list[DocumentKey]:
         """The document of a deleted file (or every document under a deleted folder), chunks included."""
