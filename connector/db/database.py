@@ -102,28 +102,41 @@ KEEPALIVES = {"keepalives": 1, "keepalives_idle": 60, "keepalives_interval": 10,
 APPLICATION_NAME = {"fallback_application_name": "connector"}
 
 
-def _tcp_options(given: dict) -> dict:
-    """`KEEPALIVES` where the DSN sets none of its own, and a `tcp_user_timeout` of as long as they take.
+def _probes(given: dict) -> tuple[int, int, int, int] | None:
+    """The keepalives in effect (the DSN's, else `KEEPALIVES`) as idle s, interval s, count, and a user timeout in
+    ms (the DSN's, else as long as the keepalives take to give up); None where keepalives are off or a value is not
+    a number (libpq's own checks then say so, and the server keeps its defaults)."""
+    effective = {**KEEPALIVES, **given}
+    if str(effective["keepalives"]) == "0":
+        return None
+    try:
+        idle, interval, count = (int(effective[k]) for k in ("keepalives_idle", "keepalives_interval",
+                                                               "keepalives_count"))  # fmt: skip
+        return idle, interval, count, int(effective.get("tcp_user_timeout") or (idle + interval * count) * 1000)
+    except ValueError:
+        return None
+
+
+def connection_options(dsn: str) -> dict:
+    """What every connection adds to `dsn` where it sets none of its own: `KEEPALIVES`, a `tcp_user_timeout` as long
+    as they take, and `APPLICATION_NAME`.
 
     Keepalives only probe a connection with nothing unacknowledged on it. A partition that comes while a request is
     on the wire (a claim, a batch's COPY, its COMMIT: most of a busy worker's time) leaves that request to the
     kernel's retransmissions, which give up after ~15 minutes (`tcp_retries2`): the worker sat that long in one
     statement, long after its leases had run out and another replica had its rows. `tcp_user_timeout` bounds how
     long sent data may go unacknowledged, here to what keepalives take to give up on an idle connection."""
-    options = {k: v for k, v in KEEPALIVES.items() if k not in given}
-    effective = {**KEEPALIVES, **given}
-    if "tcp_user_timeout" not in given and str(effective["keepalives"]) != "0":
-        with contextlib.suppress(ValueError):
-            seconds = int(effective["keepalives_idle"]) + int(effective["keepalives_interval"]) * int(
-                effective["keepalives_count"]
-            )
-            options["tcp_user_timeout"] = seconds * 1000
+    given = conninfo_to_dict(dsn)
+    options = {k: v for k, v in {**KEEPALIVES, **APPLICATION_NAME}.items() if k not in given}
+    if "tcp_user_timeout" not in given and (probes := _probes(given)) is not None:
+        options["tcp_user_timeout"] = probes[3]
     return options
 
 
-def _keep_server_alive(conn: psycopg.Connection, given: dict) -> None:
-    """The server's side of the session probes this client as the client probes it (the same keepalives and user
-    timeout), unless the server, role or database set their own; over a unix socket there is nothing to probe.
+def configure_session(conn: psycopg.Connection, dsn: str) -> None:
+    """What every session sets once connected: the server's side probes this client as the client probes it (the
+    same keepalives and user timeout, `connection_options`), unless the server, role or database set their own
+    (over a unix socket there is nothing to probe); and `infinity` timestamps are read (`_TimestamptzLoader`).
 
     The server's default is the kernel's: a first probe after two hours idle. A replica gone without a word (its
     host powered off, a partition) left its idle sessions (LISTEN, the embedding cache's, a worker's between
@@ -131,16 +144,10 @@ def _keep_server_alive(conn: psycopg.Connection, given: dict) -> None:
     watching stopped (16 minutes); one in the middle of a batch's COPY kept that batch's rows locked as long unless
     a fellow replica ended it (`queries.END_STUCK_WRITERS`, after a lease: a lone replica has none). With this,
     the server ended all 5 sessions of a replica cut off mid-COPY within 97 s of the cut."""
-    effective = {**KEEPALIVES, **given}
-    if str(effective["keepalives"]) == "0":
+    conn.adapters.register_loader("timestamptz", _TimestamptzLoader)
+    if (probes := _probes(conninfo_to_dict(dsn))) is None:
         return
-    try:
-        idle, interval, count = (int(effective[k]) for k in ("keepalives_idle", "keepalives_interval",
-                                                               "keepalives_count"))  # fmt: skip
-        user_timeout = int(effective.get("tcp_user_timeout") or (idle + interval * count) * 1000)
-    except ValueError:  # libpq accepted the DSN's value; the server keeps its own then
-        return
-    params = {"idle": str(idle), "interval": str(interval), "count": str(count), "user_timeout": str(user_timeout)}
+    params = dict(zip(("idle", "interval", "count", "user_timeout"), map(str, probes), strict=True))
     with conn.transaction():
         conn.execute(queries.SERVER_KEEPALIVES, params)
 
@@ -220,35 +227,25 @@ def connect(dsn: str, **kwargs) -> psycopg.Connection:
 
     check_dsn(dsn)
     try:
-        given = conninfo_to_dict(dsn)
-        defaults = {**_tcp_options(given), **{k: v for k, v in APPLICATION_NAME.items() if k not in given}}
-        kwargs = {**defaults, "cursor_factory": _Cursor, **kwargs}
-        conn = psycopg.connect(dsn, **kwargs)
+        conn = psycopg.connect(dsn, **{**connection_options(dsn), "cursor_factory": _Cursor, **kwargs})
     except psycopg.OperationalError as exc:
         raise _cannot_connect(dsn, exc) from exc
     except psycopg.ProgrammingError as exc:  # a value libpq refuses (connect_timeout=abc): the DSN is wrong
         raise FatalError(f"invalid DSN {_masked(dsn)}: {secrets.scrub(str(exc))}") from None
     try:
-        _keep_server_alive(conn, given)
+        configure_session(conn, dsn)
     except psycopg.OperationalError as exc:
         conn.close()
         raise _cannot_connect(dsn, exc) from exc
     # jsonb parameters (candidates' params, shapes and timings, blocks: forty a document) written with orjson,
     # several times faster than the standard library's encoder.
     set_json_dumps(_json_dumps, conn)
-    load_infinite_timestamps(conn)
     try:
         register_vector(conn)
     except psycopg.ProgrammingError:
         # The extension is not installed yet (before the first migration); vectors are not needed then.
         conn.rollback()
     return conn
-
-
-def load_infinite_timestamps(conn: psycopg.Connection) -> None:
-    """Read `infinity` and `-infinity` as the latest and earliest datetimes (`_TimestamptzLoader`): on every
-    connection that reads the queue's timestamps, the web server's pool included."""
-    conn.adapters.register_loader("timestamptz", _TimestamptzLoader)
 
 
 class _TimestamptzLoader(TimestamptzLoader):

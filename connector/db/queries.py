@@ -629,7 +629,7 @@ ORDER BY c.relname, p.i
 """
 
 
-# The server's TCP keepalives and user timeout for this session, as the client's (`database._keep_server_alive`):
+# The server's TCP keepalives and user timeout for this session, as the client's (`database.configure_session`):
 # only those the server, role or database left at their default, and only over TCP.
 SERVER_KEEPALIVES = """
 SELECT set_config(s.name, ours.value, false)

@@ -5,6 +5,7 @@ use it from a worker thread."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Iterator
 
@@ -12,7 +13,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from connector.db.database import check_dsn, connect, load_infinite_timestamps
+from connector.db.database import check_dsn, configure_session, connect, connection_options
 from connector.errors import TransientError
 from connector.secrets import one_line
 
@@ -63,12 +64,14 @@ class DatabasePool:
             if self._closed:
                 raise DatabaseUnavailable("the server is stopping")
             if self._pool is None:
-                kwargs: dict = {"autocommit": True}
+                # As every connection of the sidecar: keepalives, a TCP user timeout, named `connector`.
+                kwargs: dict = {**connection_options(self.dsn), "autocommit": True}
                 if "connect_timeout" not in conninfo_to_dict(self.dsn):  # never a pool thread stuck connecting
                     kwargs["connect_timeout"] = 5
                 self._pool = ConnectionPool(
                     self.dsn, kwargs=kwargs, min_size=1, max_size=POOL_SIZE, num_workers=1, name="http",
-                    configure=_configure, check=ConnectionPool.check_connection, open=False,
+                    configure=functools.partial(_configure, dsn=self.dsn), check=ConnectionPool.check_connection,
+                    open=False,
                 )  # fmt: skip
                 self._pool.open(wait=False)  # a database that is down now answers 503, and the pool keeps trying
             return self._pool
@@ -83,9 +86,9 @@ class DatabasePool:
         return f"every database connection of this server is busy (waited {WAIT_SECONDS:g} s): try again"
 
 
-def _configure(conn: psycopg.Connection) -> None:
+def _configure(conn: psycopg.Connection, dsn: str) -> None:
     from pgvector.psycopg import register_vector
 
     register_vector(conn)
-    load_infinite_timestamps(conn)  # a lease or retry_after set to 'infinity' by hand: /ui/queue shows it
+    configure_session(conn, dsn)  # the server's keepalives; a lease set to 'infinity' by hand: /ui/queue shows it
     conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
