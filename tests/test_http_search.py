@@ -235,7 +235,9 @@ def test_the_queue_page_reads_a_lease_or_retry_after_set_to_infinity_by_hand(mig
             # (they were libpq's defaults: a partition went unnoticed in a query for ~15 minutes).
             options = {o.keyword.decode(): (o.val or b"").decode() for o in conn.pgconn.info}
             (name,) = conn.execute("SELECT current_setting('application_name')").fetchone()
+            watched = conn.session  # and its statements are timed (`connector.db.stall`)
     finally:
         pool.close()
     assert rows["stuck"].lease_expires_at.year == 1 and rows["later"].retry_after.year == 9999
     assert name == "connector" and options["keepalives_idle"] == "60" and options["tcp_user_timeout"] == "90000"
+    assert watched is not None and watched.silence_s == 90

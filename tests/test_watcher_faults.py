@@ -7,10 +7,8 @@ import contextlib
 import json
 import logging
 import os
-import selectors
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,12 +19,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from connector.settings import Settings
 from connector.sources.folder import scan
 from connector.sources.watcher import FolderWatcher
 from tests.conftest import FIXTURES, child_env, connector_cmd, output_of, wait_for
+from tests.pgproxy import Proxy
 
 FAST = {"CONNECTOR_POLL_INTERVAL": "1", "CONNECTOR_SETTLE_SECONDS": "0.3"}
 
@@ -59,78 +57,6 @@ def watching(settings: Settings, dsn: str | None = None, **changes):
         yield watcher
     finally:
         watcher.stop()
-
-
-class Proxy:
-    """A real TCP proxy in front of Postgres whose `down()` cuts every connection and refuses new ones."""
-
-    def __init__(self, dsn: str, folder: Path):
-        params = conninfo_to_dict(dsn)
-        host, port = params.get("host") or "127.0.0.1", params.get("port") or "5432"
-        if host.startswith("/"):  # the embedded server listens on a unix socket: so does the proxy
-            self.target: tuple | str = f"{host}/.s.PGSQL.{port}"
-            self.listener = socket.socket(socket.AF_UNIX)
-            self.listener.bind(str(folder / f".s.PGSQL.{port}"))
-            self.listener.listen()
-            self.dsn = make_conninfo(dsn, host=str(folder), port=port)
-        else:
-            self.target = (host, int(port))
-            self.listener = socket.create_server(("127.0.0.1", 0))
-            self.dsn = make_conninfo(dsn, host="127.0.0.1", port=str(self.listener.getsockname()[1]))
-        self.up = True
-        self.conns: list[socket.socket] = []
-        self.stopping = False
-        self.thread = threading.Thread(target=self._serve, name="pg-proxy")
-        self.thread.start()
-
-    def _serve(self) -> None:
-        sel = selectors.DefaultSelector()
-        sel.register(self.listener, selectors.EVENT_READ)
-        peers: dict[socket.socket, socket.socket] = {}
-        while not self.stopping:
-            for key, _ in sel.select(0.1):
-                sock = key.fileobj
-                if sock is self.listener:
-                    client, _addr = self.listener.accept()
-                    if not self.up:
-                        client.close()
-                        continue
-                    if isinstance(self.target, str):
-                        server = socket.socket(socket.AF_UNIX)
-                        server.connect(self.target)
-                    else:
-                        server = socket.create_connection(self.target)
-                    peers[client], peers[server] = server, client
-                    for s in (client, server):
-                        sel.register(s, selectors.EVENT_READ)
-                    self.conns += [client, server]
-                    continue
-                try:
-                    data = sock.recv(65536)
-                except OSError:
-                    data = b""
-                if data and self.up:
-                    with contextlib.suppress(OSError):
-                        peers[sock].sendall(data)
-                    continue
-                for s in (sock, peers.get(sock)):
-                    if s is not None and s in peers:
-                        sel.unregister(s)
-                        s.close()
-                        peers.pop(s)
-            if not self.up:
-                for s in list(peers):
-                    sel.unregister(s)
-                    s.close()
-                peers.clear()
-        for s in peers:
-            s.close()
-        sel.close()
-
-    def stop(self) -> None:
-        self.stopping = True
-        self.thread.join()
-        self.listener.close()
 
 
 def test_files_settled_during_an_outage_are_all_queued_once_the_database_is_back(settings: Settings, tmp_path) -> None:

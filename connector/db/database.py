@@ -16,7 +16,7 @@ from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import set_json_dumps
 
 from connector import secrets
-from connector.db import embeddings, queries
+from connector.db import embeddings, queries, stall
 from connector.embedders import Embedder, ModelSpec
 from connector.errors import FatalError, TransientError
 from connector.settings import Settings
@@ -150,6 +150,11 @@ def configure_session(conn: psycopg.Connection, dsn: str) -> None:
     params = dict(zip(("idle", "interval", "count", "user_timeout"), map(str, probes), strict=True))
     with conn.transaction():
         conn.execute(queries.SERVER_KEEPALIVES, params)
+    # Where keepalives cannot see (a proxy's kernel answers them, a unix socket has none), a statement silent for as
+    # long as they take to give up is looked into from a new connection, itself bounded by their probes' span.
+    _idle, interval, count, user_timeout_ms = probes
+    look = stall.Probe(dsn, {**connection_options(dsn), "connect_timeout": max(2, interval * count)})
+    stall.watch(conn, user_timeout_ms / 1000, look)
 
 
 def guard_session(conn: psycopg.Connection, lease_seconds: int) -> None:
@@ -227,7 +232,7 @@ def connect(dsn: str, **kwargs) -> psycopg.Connection:
 
     check_dsn(dsn)
     try:
-        conn = psycopg.connect(dsn, **{**connection_options(dsn), "cursor_factory": _Cursor, **kwargs})
+        conn = stall.Watched.connect(dsn, **{**connection_options(dsn), "cursor_factory": _Cursor, **kwargs})
     except psycopg.OperationalError as exc:
         raise _cannot_connect(dsn, exc) from exc
     except psycopg.ProgrammingError as exc:  # a value libpq refuses (connect_timeout=abc): the DSN is wrong

@@ -638,3 +638,19 @@ FROM (VALUES ('tcp_keepalives_idle', %(idle)s), ('tcp_keepalives_interval', %(in
 JOIN pg_settings s ON s.name = ours.name
 WHERE s.source = 'default' AND inet_client_addr() IS NOT NULL
 """
+
+# This connection's server session, as `stall` looks it up later from another connection: its process id (behind a
+# pooler, not the one the connection was given at its start) and when it started (a process id is used again).
+OWN_SESSION = "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+
+# What the server says a session is doing (`stall`: one of ours whose statement heard nothing back for a while).
+SESSION_STATE = """
+SELECT state, wait_event, state_change FROM pg_stat_activity WHERE pid = %s AND backend_start = %s
+"""
+
+# End that session, unless it changed state since it was looked at (its answer was sent meanwhile). A role may end
+# its own sessions without any grant.
+END_OWN_SESSION = """
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE pid = %s AND backend_start = %s AND state_change IS NOT DISTINCT FROM %s
+"""

@@ -13,6 +13,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from connector.db import stall
 from connector.db.database import check_dsn, configure_session, connect, connection_options
 from connector.errors import TransientError
 from connector.secrets import one_line
@@ -70,6 +71,7 @@ class DatabasePool:
                     kwargs["connect_timeout"] = 5
                 self._pool = ConnectionPool(
                     self.dsn, kwargs=kwargs, min_size=1, max_size=POOL_SIZE, num_workers=1, name="http",
+                    connection_class=stall.Watched,  # a statement behind a proxy that lost it: closed, not waited on
                     configure=functools.partial(_configure, dsn=self.dsn), check=ConnectionPool.check_connection,
                     open=False,
                 )  # fmt: skip

@@ -1,0 +1,176 @@
+"""A statement that hears nothing back for as long as the keepalives take to give up is looked into from a new
+connection; a connection found lost is closed, so that its caller reconnects instead of waiting for ever.
+
+TCP keepalives and `tcp_user_timeout` (`database.connection_options`) see a lost path only where the kernel that
+answers them is the server's. Behind a userspace proxy (PgBouncer, HAProxy, Envoy, cloud-sql-proxy, toxiproxy) the
+proxy's kernel answers: its upstream gone (a failover, a host powered off, a proxy that drops what it should pass),
+a worker waited for its statement's answer as long as the proxy kept the client's side open, for ever with some.
+Over a unix socket there are no keepalives at all. Every connection of `database.connect` is a `Watched`: its
+statements are timed while a command is in flight (never a LISTEN connection waiting for notifications), and one
+silent for the keepalives' span has its server session looked up, from a new connection, by process id and start:
+
+- running, or waiting for a lock or for I/O: a long statement, left alone (and looked up again a span later);
+- idle (the answer was sent and never came), waiting on this client as this client waits on it (`ClientRead`,
+  `ClientWrite`), or gone (ended, or the server restarted or failed over): lost;
+- a new connection cannot reach the server either (no answer, refused, the server starting or stopping): lost;
+- the server refuses the new connection for another reason (too many clients, authentication): nothing is known,
+  the statement is left alone.
+
+A lost connection's server session, where it is still there, is ended (its row locks are freed now rather than
+after a lease), then this side's socket is shut down: libpq reads the end of the stream, and the caller gets the
+`OperationalError` of any lost connection. An answer that arrives in the meantime (the server had just sent it)
+saves the connection. Connections through a pooler that hides the server's process id are not watched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime
+from time import monotonic
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.waiting import Wait
+
+from connector.db import queries
+
+log = logging.getLogger(__name__)
+
+IN_FLIGHT_GRACE_S = 1.0
+"""How long an answer found on its way (the server's session idle at the look) may take to arrive before the
+connection is taken for lost: far more than any path that still carries data needs."""
+_LOST_STATES = ("idle", "idle in transaction", "idle in transaction (aborted)")
+_WAITING_ON_CLIENT = ("ClientRead", "ClientWrite")
+
+
+@dataclass(frozen=True)
+class Session:
+    """Who a connection is on the server, and how to look it up: its process and start (`pg_stat_activity`), the
+    silence after which a statement is looked into, and how to open the connection that looks (`None` for that
+    connection itself: when its own statement is silent that long, it is simply closed)."""
+
+    pid: int
+    started: datetime
+    silence_s: float
+    probe: Probe | None
+
+
+@dataclass(frozen=True)
+class Probe:
+    dsn: str = field(repr=False)  # it may hold a password
+    kwargs: dict  # connect options: keepalives, name, and a connect timeout
+
+
+class Watched(psycopg.Connection):
+    """psycopg's connection, its waits timed (see the module's docstring)."""
+
+    session: Session | None = None
+
+    def wait(self, gen, interval=0.1, timeout=None):
+        if self.session is None:
+            return super().wait(gen, interval, timeout)
+        return super().wait(_watched(self, gen, self.session), interval, timeout)
+
+
+def watch(conn: psycopg.Connection, silence_s: float, probe: Probe | None) -> None:
+    """Start watching `conn` (a `Watched`; others are left as they are), once connected: one statement finds its
+    server session. Behind a pooler whose process ids are not the server's, it is not watched."""
+    if not isinstance(conn, Watched):
+        return
+    with conn.transaction():
+        row = conn.execute(queries.OWN_SESSION).fetchone()
+    if row is None or row[0] != conn.info.backend_pid or row[1] is None:
+        log.debug("this connection's server session cannot be told apart (a pooler?): its statements are not timed")
+        return
+    conn.session = Session(row[0], row[1], silence_s, probe)
+
+
+def _watched(conn: Watched, gen, session: Session):
+    """`gen`, psycopg's generator of one operation, passed through; each time the wait wakes with nothing ready
+    (every `interval`), the silence is measured."""
+    heard = looked = monotonic()
+    try:
+        waiting = gen.send(None)
+        while True:
+            ready = yield waiting
+            now = monotonic()
+            if ready:
+                heard = now
+            elif (
+                now - max(heard, looked) >= session.silence_s
+                and conn.pgconn.transaction_status == TransactionStatus.ACTIVE
+            ):
+                looked = now
+                _look_into(conn, session, waiting, now - heard)
+                looked = monotonic()
+            waiting = gen.send(ready)
+    except StopIteration as ex:
+        return ex.value
+
+
+def _look_into(conn: Watched, session: Session, waiting: Wait, silent_s: float) -> None:
+    if session.probe is None:
+        _cut(conn, f"a look at the server's sessions heard nothing back for {silent_s:.0f} s")
+        return
+    try:
+        probe = Watched.connect(session.probe.dsn, **session.probe.kwargs, autocommit=True)
+    except psycopg.OperationalError as exc:
+        if exc.sqlstate is not None and not exc.sqlstate.startswith("57P"):
+            log.debug("a statement silent for %.0f s could not be looked into (%s)", silent_s, exc.sqlstate)
+            return  # the server answered (too many clients, authentication): the path works, nothing is known
+        why = "a new connection cannot reach the server either" if exc.sqlstate is None else "the server restarts"
+        _cut(conn, f"heard nothing for {silent_s:.0f} s in a statement, and {why}")
+        return
+    with probe:
+        # The look's own statements are bounded: silent for the probe's span, it is closed (`session.probe` None).
+        probe.session = Session(probe.info.backend_pid, session.started, session.silence_s, None)
+        try:
+            row = probe.execute(queries.SESSION_STATE, (session.pid, session.started)).fetchone()
+        except psycopg.OperationalError:
+            _cut(conn, f"heard nothing for {silent_s:.0f} s in a statement, and a new connection cannot either")
+            return
+        why = _lost(row)
+        if why is None:
+            log.debug("a statement silent for %.0f s is still running on the server: left alone", silent_s)
+            return
+        if _answer_arrives(conn, waiting):
+            return
+        if row is not None:  # its locks freed now, not when its lease or the server's keepalives run out
+            with contextlib.suppress(psycopg.Error):
+                probe.execute(queries.END_OWN_SESSION, (session.pid, session.started, row[2]))
+    _cut(conn, f"heard nothing for {silent_s:.0f} s in a statement, and {why}")
+
+
+def _lost(row) -> str | None:
+    """Why the server's view of the session says the connection is lost, or None where it is busy."""
+    if row is None:
+        return "its server session is gone (ended, or the server restarted or failed over)"
+    state, wait_event, _ = row
+    if state in _LOST_STATES:
+        return f"the server is {state}: the statement or its answer was lost on the way"
+    if state == "active" and wait_event in _WAITING_ON_CLIENT:
+        return f"the server waits for this client ({wait_event}) as this client waits for it"
+    return None
+
+
+def _answer_arrives(conn: Watched, waiting: Wait) -> bool:
+    """Whether what this side waits for turns ready within the grace: the server's answer was on its way."""
+    fd = conn.pgconn.socket
+    reading = [fd] if waiting in (Wait.R, Wait.RW) else []
+    writing = [fd] if waiting in (Wait.W, Wait.RW) else []
+    readable, writable, _ = select.select(reading, writing, [], IN_FLIGHT_GRACE_S)
+    return bool(readable or writable)
+
+
+def _cut(conn: Watched, why: str) -> None:
+    """Shut this side's socket down: the wait wakes, libpq reads the end of the stream, and the caller gets the
+    `OperationalError` of any lost connection (and reconnects as after any outage)."""
+    log.warning("the database connection is lost: %s; closing it (a proxy or network path that lost it)", why)
+    fd = conn.pgconn.socket
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)

@@ -1,0 +1,138 @@
+"""A connection behind a proxy that stops passing bytes on (`tests.pgproxy`): the proxy's kernel answers keepalives,
+so only a look from a new connection tells a lost statement from a long one (`connector.db.stall`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from connector.db.database import connect
+from tests.conftest import output_of, wait_for
+from tests.pgproxy import Proxy
+from tests.test_faults import FAST, _counts, _insert_rows
+
+# A silence of 2 s is looked into (the keepalives' span: idle + interval * count); a look connects within 2 s.
+QUICK = {"keepalives_idle": "1", "keepalives_interval": "1", "keepalives_count": "1"}
+
+
+@pytest.fixture
+def proxy(migrated_dsn):
+    folder = Path(tempfile.mkdtemp(prefix="pgstall-"))  # short: a unix socket's path is limited to 107 bytes
+    proxy = Proxy(migrated_dsn, folder, **QUICK, connect_timeout="3")
+    yield proxy
+    proxy.stop()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _at_most(conn: psycopg.Connection, seconds: float):
+    """The test's own bound on what it waits for: past `seconds`, `conn`'s socket is shut down (as `stall` does),
+    so that a statement left waiting fails the test rather than hanging it; says whether that was needed."""
+    fired = threading.Event()
+
+    def cut() -> None:
+        fired.set()
+        with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(seconds, cut)
+    timer.start()
+    try:
+        yield fired
+    finally:
+        timer.cancel()
+        timer.join()
+
+
+def _sessions(dsn: str, pid: int) -> int:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]
+
+
+def test_a_long_statement_is_left_alone_and_a_lost_one_closed(proxy, migrated_dsn, caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="connector.db.stall")
+    with connect(proxy.dsn, autocommit=True) as conn:
+        assert conn.session is not None and conn.session.silence_s == 2
+        conn.execute("SELECT pg_sleep(5)")  # silent for 5 s, looked into twice, running each time
+        assert "still running on the server: left alone" in caplog.text
+        assert "connection is lost" not in caplog.text
+        pid = conn.info.backend_pid
+        proxy.hold(existing=True, new=False)  # the existing connection's path is dead; a new one gets through
+        with _at_most(conn, 30) as waited_too_long, pytest.raises(psycopg.OperationalError):
+            conn.execute("SELECT 1")
+        assert not waited_too_long.is_set() and conn.broken
+    assert "connection is lost: heard nothing for 2 s in a statement, and the server is idle" in caplog.text
+    # Its server session, still there behind the proxy, was ended (its locks freed), not left for the keepalives.
+    wait_for(lambda: _sessions(migrated_dsn, pid) == 0, timeout=10, what="the lost session ended on the server")
+
+
+def test_nothing_gets_through_at_all(proxy, caplog) -> None:
+    """The proxy passes nothing on, new connections included, and throws away what it is sent (as toxiproxy's
+    `timeout` toxic): the look cannot connect either."""
+    with connect(proxy.dsn, autocommit=True) as conn:
+        proxy.hold(existing=True, new=True, drop=True)
+        with _at_most(conn, 30) as waited_too_long, pytest.raises(psycopg.OperationalError):
+            conn.execute("SELECT 1")
+        assert not waited_too_long.is_set()
+    assert "a new connection cannot reach the server either" in caplog.text
+
+
+def test_a_listening_connection_waiting_for_notifications_is_not_looked_into(proxy, caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="connector.db.stall")
+    with connect(proxy.dsn, autocommit=True) as conn:
+        conn.execute("LISTEN connector_test")
+        assert list(conn.notifies(timeout=5)) == []  # 5 s with nothing in flight: nothing to look into
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert "stall" not in caplog.text and "lost" not in caplog.text
+
+
+def test_a_sidecar_whose_proxy_loses_its_connections_carries_on(proxy, migrated_dsn, start_process) -> None:
+    """A failover behind a proxy: the connections the proxy had stop passing anything, for good, while new ones get
+    through. Before, the sidecar's workers waited in their statements for ever, and no document was done again."""
+    dsn = migrated_dsn
+    _insert_rows(dsn, 300)
+    env = {**FAST, "CONNECTOR_BATCH_SIZE": "8", "CONNECTOR_LEASE_SECONDS": "10"}
+    proc = start_process("run", "--no-watch", "--dsn", proxy.dsn, "--embedder", "fake", **env)
+    with psycopg.connect(dsn, autocommit=True) as watch:
+        done = "SELECT count(*) >= 20 FROM connector.documents WHERE status = 'done'"
+        wait_for(lambda: watch.execute(done).fetchone()[0], timeout=120, interval=0.02, what="20 documents done")
+    proxy.hold(existing=True, new=False)
+    assert _counts(dsn).get("done", 0) < 300, "the hold must land mid-run for this test to mean anything"
+    wait_for(lambda: _counts(dsn) == {"done": 300}, timeout=180, what="every document done")
+    assert "the database connection is lost" in output_of(proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, output_of(proc)
+
+
+def test_a_sidecar_behind_a_proxy_that_drops_everything_for_a_while(proxy, migrated_dsn, start_process) -> None:
+    """Everything the proxy is sent for 12 s is thrown away, then it passes bytes again: the connections that were
+    waiting then never get their answer (it was dropped), and waited for ever before."""
+    dsn = migrated_dsn
+    _insert_rows(dsn, 300)
+    env = {**FAST, "CONNECTOR_BATCH_SIZE": "8", "CONNECTOR_LEASE_SECONDS": "10"}
+    proc = start_process("run", "--no-watch", "--dsn", proxy.dsn, "--embedder", "fake", **env)
+    with psycopg.connect(dsn, autocommit=True) as watch:
+        done = "SELECT count(*) >= 20 FROM connector.documents WHERE status = 'done'"
+        wait_for(lambda: watch.execute(done).fetchone()[0], timeout=120, interval=0.02, what="20 documents done")
+    proxy.hold(existing=True, new=True, drop=True)
+    assert _counts(dsn).get("done", 0) < 300, "the hold must land mid-run for this test to mean anything"
+    release = threading.Timer(12, proxy.release)
+    release.start()
+    try:
+        wait_for(lambda: _counts(dsn) == {"done": 300}, timeout=240, what="every document done")
+    finally:
+        release.cancel()
+        release.join()
+    assert "the database connection is lost" in output_of(proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, output_of(proc)
