@@ -11,10 +11,13 @@ import signal
 import socket
 import tempfile
 import threading
+import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from connector.db.database import connect
 from tests.conftest import output_of, wait_for
@@ -85,6 +88,26 @@ def test_nothing_gets_through_at_all(proxy, caplog) -> None:
             conn.execute("SELECT 1")
         assert not waited_too_long.is_set()
     assert "a new connection cannot reach the server either" in caplog.text
+
+
+def test_a_long_statement_is_left_alone_when_the_server_refuses_the_look(migrated_dsn, caplog) -> None:
+    """A role whose connection limit its own connections fill (as a server at `max_connections`): the server refuses
+    the look's connection, so the path to it works and nothing is known of the statement. It was cut before (a
+    refusal was taken for a server out of reach), and a long statement failed for a full connection table."""
+    caplog.set_level(logging.DEBUG, logger="connector.db.stall")
+    role = f"stall_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(migrated_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN CONNECTION LIMIT 1").format(sql.Identifier(role)))
+    try:
+        with connect(make_conninfo(migrated_dsn, user=role, **QUICK), autocommit=True) as conn:
+            assert conn.session is not None
+            with _at_most(conn, 30) as waited_too_long:
+                assert conn.execute("SELECT pg_sleep(5), 1").fetchone()[1] == 1  # looked into twice, refused
+            assert not waited_too_long.is_set()
+        assert "could not be looked into" in caplog.text and "connection is lost" not in caplog.text
+    finally:
+        with psycopg.connect(migrated_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 def test_a_listening_connection_waiting_for_notifications_is_not_looked_into(proxy, caplog) -> None:

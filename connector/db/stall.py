@@ -12,9 +12,9 @@ silent for the keepalives' span has its server session looked up, from a new con
 - running, or waiting for a lock or for I/O: a long statement, left alone (and looked up again a span later);
 - idle (the answer was sent and never came), waiting on this client as this client waits on it (`ClientRead`,
   `ClientWrite`), or gone (ended, or the server restarted or failed over): lost;
-- a new connection cannot reach the server either (no answer, refused, the server starting or stopping): lost;
-- the server refuses the new connection for another reason (too many clients, authentication): nothing is known,
-  the statement is left alone.
+- a new connection gets no answer either within the keepalives' probes' span: lost;
+- a new connection is refused (too many clients, authentication, the server starting up, nothing listening, a proxy
+  with no server behind it): nothing is known, the statement is left alone and looked into again a span later.
 
 A lost connection's server session, where it is still there, is ended (its row locks are freed now rather than
 after a lease), then this side's socket is shut down: libpq reads the end of the stream, and the caller gets the
@@ -119,12 +119,17 @@ def _look_into(conn: Watched, session: Session, waiting: Wait, silent_s: float) 
         return
     try:
         probe = Watched.connect(session.probe.dsn, **session.probe.kwargs, autocommit=True)
-    except psycopg.OperationalError as exc:
-        if exc.sqlstate is not None and not exc.sqlstate.startswith("57P"):
-            log.debug("a statement silent for %.0f s could not be looked into (%s)", silent_s, exc.sqlstate)
-            return  # the server answered (too many clients, authentication): the path works, nothing is known
-        why = "a new connection cannot reach the server either" if exc.sqlstate is None else "the server restarts"
-        _cut(conn, f"heard nothing for {silent_s:.0f} s in a statement, and {why}")
+    except psycopg.errors.ConnectionTimeout:
+        _cut(
+            conn,
+            f"heard nothing for {silent_s:.0f} s in a statement, and a new connection cannot reach the server either",
+        )
+        return
+    except psycopg.OperationalError:
+        # Refused: psycopg gives no SQLSTATE to a failed connection, so a server at its connection limit (the role's,
+        # the database's, `max_connections`) cannot be told from one out of reach but by its message; a long statement
+        # was cut for a full connection table. Only silence says the path is gone.
+        log.debug("a statement silent for %.0f s could not be looked into (a new connection was refused)", silent_s)
         return
     with probe:
         # The look's own statements are bounded: silent for the probe's span, it is closed (`session.probe` None).
