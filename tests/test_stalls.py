@@ -110,6 +110,24 @@ def test_a_long_statement_is_left_alone_when_the_server_refuses_the_look(migrate
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
+def test_a_lost_connection_whose_socket_is_numbered_past_1023_is_closed(proxy) -> None:
+    """A process with many files open (an HTTP server's clients, a watched folder's files): `select()` cannot take a
+    descriptor past 1023, and the look raised ValueError into the statement instead of closing the connection."""
+    fillers = []
+    try:
+        while len(fillers) < 1100:
+            fillers.append(os.open(os.devnull, os.O_RDONLY))
+        with connect(proxy.dsn, autocommit=True) as conn:
+            assert conn.pgconn.socket > 1023
+            proxy.hold(existing=True, new=False)
+            with _at_most(conn, 30) as waited_too_long, pytest.raises(psycopg.OperationalError):
+                conn.execute("SELECT 1")
+            assert not waited_too_long.is_set() and conn.broken
+    finally:
+        for fd in fillers:
+            os.close(fd)
+
+
 def test_a_listening_connection_waiting_for_notifications_is_not_looked_into(proxy, caplog) -> None:
     caplog.set_level(logging.DEBUG, logger="connector.db.stall")
     with connect(proxy.dsn, autocommit=True) as conn:

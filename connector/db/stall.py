@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import select
+import selectors
 import socket
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -165,11 +165,11 @@ def _lost(row) -> str | None:
 
 def _answer_arrives(conn: Watched, waiting: Wait) -> bool:
     """Whether what this side waits for turns ready within the grace: the server's answer was on its way."""
-    fd = conn.pgconn.socket
-    reading = [fd] if waiting in (Wait.R, Wait.RW) else []
-    writing = [fd] if waiting in (Wait.W, Wait.RW) else []
-    readable, writable, _ = select.select(reading, writing, [], IN_FLIGHT_GRACE_S)
-    return bool(readable or writable)
+    # Not `select.select`: it refuses a descriptor past 1023, which a process with many files open hands libpq.
+    events = (selectors.EVENT_READ if waiting & Wait.R else 0) | (selectors.EVENT_WRITE if waiting & Wait.W else 0)
+    with selectors.DefaultSelector() as selector:
+        selector.register(conn.pgconn.socket, events)
+        return bool(selector.select(IN_FLIGHT_GRACE_S))
 
 
 def _cut(conn: Watched, why: str) -> None:
