@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from connector.db.database import connect
 from tests.conftest import output_of, wait_for
@@ -177,3 +177,20 @@ def test_a_sidecar_behind_a_proxy_that_drops_everything_for_a_while(proxy, migra
     assert "the database connection is lost" in output_of(proc)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0, output_of(proc)
+
+
+def test_the_look_goes_to_the_host_the_connection_reached(migrated_dsn) -> None:
+    """With several hosts in the DSN, a look at whichever answered first could land on another server, find no such
+    session there and take a healthy statement for lost: it goes to the host this connection reached."""
+    params = conninfo_to_dict(migrated_dsn)
+    nowhere = tempfile.mkdtemp(prefix="pgnone-")  # no server listens there: libpq goes on to the next host
+    try:
+        port = params.get("port", "5432")
+        dsn = make_conninfo(migrated_dsn, host=f"{nowhere},{params['host']}", port=f"{port},{port}")
+        with connect(dsn, autocommit=True) as conn:
+            assert conn.info.host == params["host"]
+            assert conn.session is not None and conn.session.probe is not None
+            assert conn.session.probe.kwargs["host"] == params["host"]
+            assert conn.session.probe.kwargs["port"] == port
+    finally:
+        shutil.rmtree(nowhere, ignore_errors=True)

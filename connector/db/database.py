@@ -152,8 +152,13 @@ def configure_session(conn: psycopg.Connection, dsn: str) -> None:
         conn.execute(queries.SERVER_KEEPALIVES, params)
     # Where keepalives cannot see (a proxy's kernel answers them, a unix socket has none), a statement silent for as
     # long as they take to give up is looked into from a new connection, itself bounded by their probes' span.
+    # The look goes to the server this connection reached, not to whichever of a multi-host DSN answers first: on
+    # another server it would find no such session and take a healthy statement for lost.
     _idle, interval, count, user_timeout_ms = probes
-    look = stall.Probe(dsn, {**connection_options(dsn), "connect_timeout": max(2, interval * count)})
+    pinned = {"host": conn.info.host, "port": str(conn.info.port)}
+    if "hostaddr" in conninfo_to_dict(dsn):
+        pinned["hostaddr"] = conn.info.hostaddr
+    look = stall.Probe(dsn, {**connection_options(dsn), **pinned, "connect_timeout": max(2, interval * count)})
     stall.watch(conn, user_timeout_ms / 1000, look)
 
 
