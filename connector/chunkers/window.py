@@ -41,14 +41,15 @@ class TokenWindowChunker:
             edge = {0: 0}
             for i in starts:
                 if i + step < len(ids):
-                    edge[i + step] = edge[i] + len(enc.decode_bytes(ids[i : i + step]))
+                    edge[i + step] = edge[i] + len(enc.decode_bytes(ids[i : i + step].tolist()))
                 if i + self.size < len(ids):
-                    edge[i + self.size] = edge[i] + len(enc.decode_bytes(ids[i : i + self.size]))
+                    edge[i + self.size] = edge[i] + len(enc.decode_bytes(ids[i : i + self.size].tolist()))
 
             def offset(k: int) -> int:
                 return edge[k]
         else:
-            if enc.decode(ids) != text:  # cannot happen for valid text; guards the offset contract if it ever does
+            # Cannot happen for valid text; guards the offset contract if it ever does.
+            if enc.decode(ids.tolist()) != text:
                 raise ValueError("tokenizer round trip changed the text")
             edges = char_offsets(enc, ids, sorted({k for i in starts for k in (i, i + self.size) if k < len(ids)}))
 
@@ -75,8 +76,8 @@ def char_offsets(enc, ids, edges: list[int]) -> dict[int, int]:
     out: dict[int, int] = {}
     chars, at = 0, 0
     for k in edges:
-        chars += len(enc.decode_bytes(ids[at:k]).translate(None, _CONTINUATION))
+        chars += len(enc.decode_bytes(ids[at:k].tolist()).translate(None, _CONTINUATION))
         at = k
-        inside = enc.decode_single_token_bytes(ids[k])[0] in _CONTINUATION
+        inside = enc.decode_single_token_bytes(int(ids[k]))[0] in _CONTINUATION
         out[k] = max(0, chars - inside)
     return out
