@@ -194,3 +194,19 @@ def test_the_look_goes_to_the_host_the_connection_reached(migrated_dsn) -> None:
             assert conn.session.probe.kwargs["port"] == port
     finally:
         shutil.rmtree(nowhere, ignore_errors=True)
+
+
+@pytest.mark.parametrize("size", [100_000, 300_000], ids=["in-the-buffers", "filling-them"])
+def test_a_statement_sent_over_a_slow_link_is_left_alone(proxy, caplog, size) -> None:
+    """A link that carries 20 kB a second: a statement of 100 kB waits for its answer while the server still reads
+    it, one of 300 kB waits seconds at a time for room in its socket's buffer; either way the server waits for the
+    rest of it (`ClientRead`). Before, that was taken for a connection lost both ways: ended 3 s into it, the
+    batch's COPY of a worker over such a link the same (measured: batches of 128 documents over a 20 kB/s
+    link cut 3 times, 344 of 400 documents tried twice)."""
+    caplog.set_level(logging.DEBUG, logger="connector.db.stall")
+    with connect(proxy.dsn, autocommit=True) as conn:
+        proxy.throttle(up=20_000)
+        with _at_most(conn, 60) as waited_too_long:
+            assert conn.execute("SELECT length(%s)", ("x" * size,)).fetchone() == (size,)
+        assert not waited_too_long.is_set()
+    assert "connection is lost" not in caplog.text

@@ -7,7 +7,9 @@ proxy's kernel answers: its upstream gone (a failover, a host powered off, a pro
 a worker waited for its statement's answer as long as the proxy kept the client's side open, for ever with some.
 Over a unix socket there are no keepalives at all. Every connection of `database.connect` is a `Watched`: its
 statements are timed while a command is in flight (never a LISTEN connection waiting for notifications), and one
-silent for the keepalives' span has its server session looked up, from a new connection, by process id and start:
+silent for the keepalives' span (nothing to read, no room to write, and nothing it sent taken by the other end: a
+statement still sent over a slow link is not silent) has its server session looked up, from a new connection, by
+process id and start:
 
 - running, or waiting for a lock or for I/O: a long statement, left alone (and looked up again a span later);
 - idle (the answer was sent and never came), waiting on this client as this client waits on it (`ClientRead`,
@@ -25,10 +27,13 @@ saves the connection. Connections through a pooler that hides the server's proce
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import selectors
 import socket
+import struct
+import termios
 from dataclasses import dataclass, field
 from datetime import datetime
 from time import monotonic
@@ -92,14 +97,18 @@ def watch(conn: psycopg.Connection, silence_s: float, probe: Probe | None) -> No
 
 def _watched(conn: Watched, gen, session: Session):
     """`gen`, psycopg's generator of one operation, passed through; each time the wait wakes with nothing ready
-    (every `interval`), the silence is measured."""
+    (every `interval`), the silence is measured. Bytes this side sent that the other end took meanwhile count as
+    heard: over a slow link a large statement or COPY waits seconds at a time for room in the socket's buffer, or for
+    its answer while the server still reads it (`ClientRead`), and was taken for lost."""
     heard = looked = monotonic()
+    unsent = _unsent(conn)
     try:
         waiting = gen.send(None)
         while True:
             ready = yield waiting
             now = monotonic()
-            if ready:
+            before, unsent = unsent, _unsent(conn)
+            if ready or (unsent is not None and before is not None and unsent < before):
                 heard = now
             elif (
                 now - max(heard, looked) >= session.silence_s
@@ -111,6 +120,15 @@ def _watched(conn: Watched, gen, session: Session):
             waiting = gen.send(ready)
     except StopIteration as ex:
         return ex.value
+
+
+def _unsent(conn: Watched) -> int | None:
+    """How many bytes sent on the connection's socket the other end has not taken yet (Linux: not yet acknowledged
+    over TCP, not yet read over a unix socket); None where that cannot be told."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(conn.pgconn.socket, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+    except (OSError, psycopg.Error):
+        return None
 
 
 def _look_into(conn: Watched, session: Session, waiting: Wait, silent_s: float) -> None:
