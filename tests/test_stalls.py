@@ -210,3 +210,28 @@ def test_a_statement_sent_over_a_slow_link_is_left_alone(proxy, caplog, size) ->
             assert conn.execute("SELECT length(%s)", ("x" * size,)).fetchone() == (size,)
         assert not waited_too_long.is_set()
     assert "connection is lost" not in caplog.text
+
+
+def test_a_connection_lost_in_the_middle_of_a_large_copy_reads_as_broken(proxy, caplog) -> None:
+    """The proxy stops passing the client's bytes on in the middle of a COPY too large for the sockets' buffers. The
+    connection was closed while psycopg waited for room to send, and its wait failed ("connection socket closed")
+    with libpq still taking the connection for open, in the middle of a command (3 times in 4, over a unix socket):
+    `broken` false, so a worker took it for one document's failure, wrote its batch again one document at a time on
+    the same connection, every statement refused ("another command is already in progress": measured, a batch of
+    128 documents, 132 warnings and that sentence 17,427 times in the log). Three COPYs, each on a new connection."""
+    for _ in range(3):
+        with connect(proxy.dsn, autocommit=True) as conn:
+            conn.execute("CREATE TEMP TABLE t (x text)")
+            with (
+                _at_most(conn, 30) as waited_too_long,
+                pytest.raises(psycopg.OperationalError),  # noqa: PT012
+                conn.cursor().copy("COPY t FROM STDIN") as copy,
+            ):
+                for i in range(2000):
+                    if i == 100:
+                        proxy.hold(existing=True, new=False, direction="up")
+                    copy.write_row(["x" * 1000])
+            assert not waited_too_long.is_set()
+            assert conn.broken, "a lost connection that reads as open, in the middle of a command"
+        proxy.release()
+    assert "connection is lost" in caplog.text

@@ -19,9 +19,9 @@ process id and start:
   with no server behind it): nothing is known, the statement is left alone and looked into again a span later.
 
 A lost connection's server session, where it is still there, is ended (its row locks are freed now rather than
-after a lease), then this side's socket is shut down: libpq reads the end of the stream, and the caller gets the
-`OperationalError` of any lost connection. An answer that arrives in the meantime (the server had just sent it)
-saves the connection. Connections through a pooler that hides the server's process id are not watched.
+after a lease), then this side's socket is shut down and libpq's connection closed: the caller gets an
+`OperationalError`, and the connection reads as broken. An answer that arrives in the meantime (the server had just
+sent it) saves the connection. Connections through a pooler that hides the server's process id are not watched.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import termios
 from dataclasses import dataclass, field
 from datetime import datetime
 from time import monotonic
+from typing import NoReturn
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -134,7 +135,6 @@ def _unsent(conn: Watched) -> int | None:
 def _look_into(conn: Watched, session: Session, waiting: Wait, silent_s: float) -> None:
     if session.probe is None:
         _cut(conn, f"a look at the server's sessions heard nothing back for {silent_s:.0f} s")
-        return
     try:
         probe = Watched.connect(session.probe.dsn, **session.probe.kwargs, autocommit=True)
     except psycopg.errors.ConnectionTimeout:
@@ -142,7 +142,6 @@ def _look_into(conn: Watched, session: Session, waiting: Wait, silent_s: float) 
             conn,
             f"heard nothing for {silent_s:.0f} s in a statement, and a new connection cannot reach the server either",
         )
-        return
     except psycopg.OperationalError:
         # Refused: psycopg gives no SQLSTATE to a failed connection, so a server at its connection limit (the role's,
         # the database's, `max_connections`) cannot be told from one out of reach but by its message; a long statement
@@ -156,7 +155,6 @@ def _look_into(conn: Watched, session: Session, waiting: Wait, silent_s: float) 
             row = probe.execute(queries.SESSION_STATE, (session.pid, session.started)).fetchone()
         except psycopg.OperationalError:
             _cut(conn, f"heard nothing for {silent_s:.0f} s in a statement, and a new connection cannot either")
-            return
         why = _lost(row)
         if why is None:
             log.debug("a statement silent for %.0f s is still running on the server: left alone", silent_s)
@@ -190,10 +188,17 @@ def _answer_arrives(conn: Watched, waiting: Wait) -> bool:
         return bool(selector.select(IN_FLIGHT_GRACE_S))
 
 
-def _cut(conn: Watched, why: str) -> None:
-    """Shut this side's socket down: the wait wakes, libpq reads the end of the stream, and the caller gets the
-    `OperationalError` of any lost connection (and reconnects as after any outage)."""
-    log.warning("the database connection is lost: %s; closing it (a proxy or network path that lost it)", why)
-    fd = conn.pgconn.socket
-    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as sock:
+def _cut(conn: Watched, why: str) -> NoReturn:
+    """Shut this side's socket down and close libpq's end of the connection, then fail the wait: the caller gets an
+    `OperationalError`, the connection reads as broken, and it reconnects as after any outage.
+
+    Left to libpq to notice the end of the stream, a connection shut down while psycopg waited for room to send (a
+    large COPY, a large statement) failed its wait with libpq still taking it for open in the middle of a command:
+    not `broken`, so a worker took the error for one document's and wrote its batch again one document at a time
+    on that connection, every statement refused ("another command is already in progress")."""
+    message = f"the database connection is lost: {why}"
+    log.warning("%s; closing it (a proxy or network path that lost it)", message)
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
         sock.shutdown(socket.SHUT_RDWR)
+    conn.pgconn.finish()
+    raise psycopg.OperationalError(message)
