@@ -42,6 +42,25 @@ def tune() -> bool:
     return _done
 
 
+RELEASE_AFTER_BYTES = 1_000_000
+"""Documents (bytes read, all of a task's together) after which a process hands its freed memory back (`release`)."""
+
+
+def release() -> None:
+    """Hand the pages of freed memory back to the kernel (glibc's `malloc_trim`): after a long document. glibc gives
+    back only the free memory at the top of its heap; what a long document's chunks and metrics freed below that
+    stayed in the process. Measured on 50 MB of text: the pool process that chose its chunks kept 1,076 MB and the
+    sidecar 566 MB once it was written, for as long as they lived (a second such document in the other pool process
+    took as much again); on 16 MB in one process, 568 MB kept, 347 MB after this (260 MB loaded). Costs a walk of the
+    heap: nothing next to a document of a megabyte."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+
+
 _frozen = False
 
 

@@ -36,6 +36,7 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import resource_tracker
 from pathlib import Path
 
+from connector import allocator, tokens
 from connector.errors import ConnectorError, FatalError, TransientError
 from connector.models import SourceDocument
 from connector.settings import Settings
@@ -244,7 +245,11 @@ class CpuPool:
         elif (error := inner.exception()) is not None:
             _settle(task.outer, error=error)
         else:
-            _settle(task.outer, result=inner.result())
+            result = inner.result()
+            try:
+                _settle(task.outer, result=result.load() if isinstance(result, _Packed) else result)
+            except Exception as exc:  # unpickled as the executor would have: its failure is the task's
+                _settle(task.outer, error=exc)
 
     def _replace(self, broken: ProcessPoolExecutor) -> None:
         with self._lock:
@@ -549,7 +554,7 @@ def _start(settings: Settings, parent: int, slots) -> None:
         if free is not None:
             values[free], values[free + 1] = os.getpid(), LOADING
     _slot = None if free is None else (values, free + 1)  # none: its deaths blame every task (see `_reap`)
-    from connector import allocator, secrets
+    from connector import secrets
 
     allocator.tune()
     one_core()
@@ -570,8 +575,6 @@ def _load() -> None:
 
         _chooser = Chooser.load(_settings, parallel=False)  # documents run side by side: strategies one by one
         _start_error = None
-        from connector import allocator
-
         allocator.freeze_loaded()  # the models and chunkers live as long as the process
     except Exception as exc:
         # Not a document's fault, and not a dying process (which would cost every document in flight a try): the
@@ -584,15 +587,37 @@ def _load() -> None:
 
 def _run(token: int, fn: Callable, arg):
     """`fn(arg)`, with this process's slot saying meanwhile that it runs task `token` (read by the sidecar when
-    this process dies: `CpuPool._reap`)."""
+    this process dies: `CpuPool._reap`). A long document's result goes back `_Packed`, its memory released first."""
     if _slot is None:
-        return fn(arg)
+        return _released(fn(arg), arg)
     values, at = _slot
     values[at] = token
     try:
-        return fn(arg)
+        return _released(fn(arg), arg)
     finally:
         values[at] = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Packed:
+    """A result pickled in the pool process, so that the objects it was made of could be freed, and their memory
+    given back, before it is sent (the executor pickles what a task returns only after the task has returned)."""
+
+    data: bytes
+
+    def load(self):
+        return pickle.loads(self.data)
+
+
+def _released(result, arg):
+    sources = arg if isinstance(arg, list) else [arg]
+    if sum(len(s.data) for s in sources if isinstance(s, SourceDocument)) < allocator.RELEASE_AFTER_BYTES:
+        return result
+    packed = _Packed(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+    del result
+    tokens.forget()  # the document's one encoding and line tables: 200 MB for 50 MB of text, kept till the next
+    allocator.release()
+    return packed
 
 
 def _ready() -> int:

@@ -33,7 +33,7 @@ from typing import Literal
 
 import psycopg
 
-from connector import secrets
+from connector import allocator, secrets
 from connector.db.database import MissingPrivilege
 from connector.db.rows import EndedSession
 from connector.db.store import LOCKED, ClaimedRow, Store
@@ -108,6 +108,7 @@ class Worker:
         self._next_stuck_check = 0.0  # see `end_stuck_writers_if_due`
         self._stuck: list[EndedSession] = []  # the replicas' sessions found stuck by the last check, not ended
         self.held: list[ClaimedRow] = []  # the rows it holds now, claimed and not yet finished (read on shutdown)
+        self.release_due = False  # a long document was written: its memory goes back after the batch (`drain`)
         self.lost_while_writing: list[int] = []  # ids being written when its connection died (see `_store`)
         self._next_beat = 0.0  # when the leases of `held` are next extended
         # Until then (monotonic), a row whose lease ran out costs no try when claimed: set by the sidecar when this
@@ -519,6 +520,9 @@ class Worker:
                 raise
             finally:
                 self.held = []
+                if self.release_due:  # a long document's memory back to the system, once nothing refers to it
+                    self.release_due = False
+                    allocator.release()
         return n
 
     def _batch(self, rows: list[ClaimedRow], stop: threading.Event, on_result) -> int:
@@ -533,9 +537,12 @@ class Worker:
                 on_result(row, result)
 
         def flush() -> None:
+            size = sum(len(r.source.data) for r in ready)
             for r, result in zip(ready, self._write(ready), strict=True):
                 report(r.row, result)
             ready.clear()
+            if size >= allocator.RELEASE_AFTER_BYTES:
+                self.release_due = True
 
         def settle(keep: int) -> None:
             """Take the documents in flight that have finished, in whatever order they finish (one slow document

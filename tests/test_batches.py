@@ -456,6 +456,12 @@ def test_the_kubernetes_manifests_use_settings_and_commands_that_exist() -> None
     from connector.web.app import PATHS
 
     assert spec["containers"][0]["livenessProbe"]["httpGet"]["path"] == "/live" and "/live" in PATHS
+    # The longest document allowed fits the memory limit beside the models (a pod OOM-killed on each of its tries
+    # otherwise): measured ~40 MB of the replica's memory per MB of text at its peak (1,943 MB for 50 MB), ~700 MB
+    # for the sidecar and two pool processes loaded.
+    limit = spec["containers"][0]["resources"]["limits"]["memory"]
+    limit_mb = int(limit.removesuffix("Gi")) * 1024 if limit.endswith("Gi") else int(limit.removesuffix("Mi"))
+    assert 40 * float(env["CONNECTOR_MAX_DOCUMENT_MB"]) + 700 <= limit_mb
 
 
 @pytest.mark.parametrize("size", [1, 7])
