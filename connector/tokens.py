@@ -174,8 +174,14 @@ def _remember(key: tuple[str, str], n: int) -> None:
 def _encode(text: str, name: str) -> np.ndarray:
     """`encode_ordinary`'s ids (special-token strings as ordinary text: nothing is allowed as special), as a numpy
     array: a Python int per token, in a list and then a tuple, took 36 bytes a token (62 MB of an 8 MB text, kept
-    while its chunks were chosen) where this takes 4."""
-    return encoding(name).encode_to_numpy(text, disallowed_special=())
+    while its chunks were chosen) where this takes 4. A text with surrogates (JSON escapes them: a notebook's
+    `\\ud83d` cut from its pair) is encoded as `encode_ordinary` encodes it, pairs joined and lone ones replaced:
+    `encode_to_numpy` does not do that itself, and raised `UnicodeEncodeError` for the whole document."""
+    try:
+        return encoding(name).encode_to_numpy(text, disallowed_special=())
+    except UnicodeEncodeError:
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")  # as tiktoken's `encode_ordinary`
+        return encoding(name).encode_to_numpy(text, disallowed_special=())
 
 
 def prime(text: str, name: str) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -179,3 +180,25 @@ def test_an_equal_copy_of_the_primed_document_is_looked_up_by_identity() -> None
         assert tokens.count_spans(copy, spans, name) == expected
     finally:
         tokens.forget()
+
+
+@pytest.mark.parametrize("name", ADDITIVE)
+def test_a_notebook_whose_json_escapes_a_lone_surrogate_is_encoded_as_encode_ordinary_encodes_it(name: str) -> None:
+    """JSON may escape half a surrogate pair (`\\ud83d`: an emoji cut in two by whatever truncated an output), and
+    Python reads it as a lone surrogate. tiktoken's `encode_ordinary` replaces it; its `encode_to_numpy` raised
+    `UnicodeEncodeError`, so the whole notebook failed to convert."""
+    notebook = json.loads((FIXTURES / "real" / "nbsphinx-code-cells-excerpt.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in notebook["cells"] if c["cell_type"] == "code")
+    lines = ["Done \ud83d\n", "pair \ud83d\ude42\n"]
+    cell["outputs"].append({"output_type": "stream", "name": "stdout", "text": lines})
+    data = json.dumps(notebook, indent=1).encode("ascii")
+    settings = ChunkingSettings(encoding=name)
+    markdown = convert(data, "application/x-ipynb+json", settings).markdown  # primes its token ids
+    assert "Done \ud83d" in markdown and "pair \U0001f642" in markdown
+    ids = tokens.document_ids(markdown, name)
+    assert ids.tolist() == tokens.encoding(name).encode_ordinary(markdown)
+    assert tokens.count(markdown, name) == exact(markdown, name) == len(ids)
+    for text in ["\ud800", "a\udfffb", "x \ud83d\ude00 y\n\ud83d", "<|endoftext|>\ud800"]:
+        assert tokens.prime(text, name).tolist() == tokens.encoding(name).encode_ordinary(text), ascii(text)
+        tokens.forget()
+        assert tokens.document_ids(text, name).tolist() == tokens.encoding(name).encode_ordinary(text), ascii(text)
