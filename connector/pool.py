@@ -611,7 +611,11 @@ class _Packed:
 
 def _released(result, arg):
     sources = arg if isinstance(arg, list) else [arg]
-    if sum(len(s.data) for s in sources if isinstance(s, SourceDocument)) < allocator.RELEASE_AFTER_BYTES:
+    read = sum(len(s.data) for s in sources if isinstance(s, SourceDocument))
+    pairs = result if isinstance(arg, list) else [(True, result)]  # `_choose_many`'s (ok, Chosen or exception)
+    text = sum(allocator.text_size(value) for ok, value in pairs if ok)
+    del pairs  # nothing but `result` may hold it when it is freed below
+    if max(read, text) < allocator.RELEASE_AFTER_BYTES:
         return result
     packed = _Packed(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
     del result

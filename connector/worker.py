@@ -537,7 +537,7 @@ class Worker:
                 on_result(row, result)
 
         def flush() -> None:
-            size = sum(len(r.source.data) for r in ready)
+            size = max(sum(len(r.source.data) for r in ready), sum(allocator.text_size(r.chosen) for r in ready))
             for r, result in zip(ready, self._write(ready), strict=True):
                 report(r.row, result)
             ready.clear()
