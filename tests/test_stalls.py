@@ -137,16 +137,22 @@ def test_a_listening_connection_waiting_for_notifications_is_not_looked_into(pro
     assert "stall" not in caplog.text and "lost" not in caplog.text
 
 
-def test_a_sidecar_whose_proxy_loses_its_connections_carries_on(proxy, migrated_dsn, start_process) -> None:
-    """A failover behind a proxy: the connections the proxy had stop passing anything, for good, while new ones get
-    through. Before, the sidecar's workers waited in their statements for ever, and no document was done again."""
-    dsn = migrated_dsn
+def _sidecar_mid_run(dsn: str, proxy: Proxy, start_process):
+    """A sidecar on 300 queued rows through `proxy`, once 20 of them are done."""
     _insert_rows(dsn, 300)
     env = {**FAST, "CONNECTOR_BATCH_SIZE": "8", "CONNECTOR_LEASE_SECONDS": "10"}
     proc = start_process("run", "--no-watch", "--dsn", proxy.dsn, "--embedder", "fake", **env)
     with psycopg.connect(dsn, autocommit=True) as watch:
         done = "SELECT count(*) >= 20 FROM connector.documents WHERE status = 'done'"
         wait_for(lambda: watch.execute(done).fetchone()[0], timeout=120, interval=0.02, what="20 documents done")
+    return proc
+
+
+def test_a_sidecar_whose_proxy_loses_its_connections_carries_on(proxy, migrated_dsn, start_process) -> None:
+    """A failover behind a proxy: the connections the proxy had stop passing anything, for good, while new ones get
+    through. Before, the sidecar's workers waited in their statements for ever, and no document was done again."""
+    dsn = migrated_dsn
+    proc = _sidecar_mid_run(dsn, proxy, start_process)
     proxy.hold(existing=True, new=False)
     assert _counts(dsn).get("done", 0) < 300, "the hold must land mid-run for this test to mean anything"
     wait_for(lambda: _counts(dsn) == {"done": 300}, timeout=180, what="every document done")
@@ -159,12 +165,7 @@ def test_a_sidecar_behind_a_proxy_that_drops_everything_for_a_while(proxy, migra
     """Everything the proxy is sent for 12 s is thrown away, then it passes bytes again: the connections that were
     waiting then never get their answer (it was dropped), and waited for ever before."""
     dsn = migrated_dsn
-    _insert_rows(dsn, 300)
-    env = {**FAST, "CONNECTOR_BATCH_SIZE": "8", "CONNECTOR_LEASE_SECONDS": "10"}
-    proc = start_process("run", "--no-watch", "--dsn", proxy.dsn, "--embedder", "fake", **env)
-    with psycopg.connect(dsn, autocommit=True) as watch:
-        done = "SELECT count(*) >= 20 FROM connector.documents WHERE status = 'done'"
-        wait_for(lambda: watch.execute(done).fetchone()[0], timeout=120, interval=0.02, what="20 documents done")
+    proc = _sidecar_mid_run(dsn, proxy, start_process)
     proxy.hold(existing=True, new=True, drop=True)
     assert _counts(dsn).get("done", 0) < 300, "the hold must land mid-run for this test to mean anything"
     release = threading.Timer(12, proxy.release)
