@@ -102,14 +102,18 @@ def _watched(conn: Watched, gen, session: Session):
     heard: over a slow link a large statement or COPY waits seconds at a time for room in the socket's buffer, or for
     its answer while the server still reads it (`ClientRead`), and was taken for lost."""
     heard = looked = monotonic()
-    unsent = _unsent(conn)
+    unsent = None  # measured on the wakes with nothing ready only: an answer that comes at once costs no system call
     try:
         waiting = gen.send(None)
         while True:
             ready = yield waiting
             now = monotonic()
+            if ready:
+                heard, unsent = now, None
+                waiting = gen.send(ready)
+                continue
             before, unsent = unsent, _unsent(conn)
-            if ready or (unsent is not None and before is not None and unsent < before):
+            if unsent is not None and before is not None and unsent < before:
                 heard = now
             elif (
                 now - max(heard, looked) >= session.silence_s
