@@ -248,7 +248,7 @@ class CpuPool:
             result = inner.result()
             try:
                 _settle(task.outer, result=result.load() if isinstance(result, _Packed) else result)
-            except Exception as exc:  # unpickled as the executor would have: its failure is the task's
+            except Exception as exc:  # a result that cannot be unpickled fails its own task, not the pool
                 _settle(task.outer, error=exc)
 
     def _replace(self, broken: ProcessPoolExecutor) -> None:
