@@ -76,6 +76,10 @@ line is gone."""
 # The line may be indented by any blank but a newline (Python's \s is a superset of Rust's: `\x1c`-`\x1f`, which
 # Rust does not call blank, can only be part of that indentation, and join no piece before the newline).
 _LINE_START = re.compile(r"(?<=\n)(?=([^\S\r\n]*)[^\s/])")
+# The same line starts, found through the newline before them (a match starts one character earlier; group 1 is the
+# same): a pattern that opens with a lookbehind has no literal for the regex engine to look for and is tried at
+# every position, 345 us over an 8,000-character row against 74.
+_NEWLINE_BEFORE_LINE = re.compile(r"\n(?=([^\S\r\n]*)[^\s/])")
 
 _counts: dict[tuple[str, str], int] = {}  # (text, encoding) -> tokens; plain dict operations are atomic under the GIL
 _document = threading.local()  # `.value`: the `_Primed` document of this thread, the one `prime` last encoded
@@ -192,8 +196,8 @@ def prime(text: str, name: str) -> np.ndarray:
     starts, firsts, before = [0], [0], []
     token_ends = None
     if name in _ADDITIVE:
-        for m in _LINE_START.finditer(text):
-            starts.append(m.start())
+        for m in _NEWLINE_BEFORE_LINE.finditer(text):
+            starts.append(m.start() + 1)
             firsts.append(m.end(1))
         starts.append(len(text))
         firsts.append(len(text) - 1)

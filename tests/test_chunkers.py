@@ -319,31 +319,36 @@ def test_abbreviations_are_looked_for_at_the_sentences_end_only_with_the_same_cu
 
 @settings(max_examples=400, deadline=None)
 @given(
-    st.text(alphabet=" \t\n\r\x0b\u3000\u2028ab1(.)-•x", max_size=80),
+    st.text(alphabet=" \t\n\r\x0b\u3000\u2028ab1(.)-•x#", max_size=80),
     st.data(),
 )
 def test_the_after_newline_separators_cut_where_their_regexes_match(text: str, data) -> None:
-    """`recursive.AfterNewline` finds a list marker after a newline in linear time; it must cut exactly where the
-    regex it replaces matches, for any slice of any text (the regex's lookbehind sees before the slice)."""
-    from connector.chunkers.recursive import SEPARATORS, AfterNewline
+    """`recursive.AfterNewline` finds a list marker after a newline in linear time, `recursive.HeadingAt` a heading
+    without a lookbehind; each must cut exactly where the regex it replaces matches, for any slice of any text (the
+    regex's lookbehind sees before the slice)."""
+    from connector.chunkers.recursive import SEPARATORS, AfterNewline, HeadingAt
 
     start = data.draw(st.integers(0, len(text)))
     end = data.draw(st.integers(start, len(text)))
     for finder, _ in SEPARATORS:
-        if isinstance(finder, AfterNewline):
+        if isinstance(finder, AfterNewline | HeadingAt):
             assert finder.starts(text, start, end) == [m.start() for m in finder.pattern.finditer(text, start, end)]
 
 
 @pytest.mark.parametrize(
     "text",
-    ["\n1.\n2. x\n\n  3) y\n- z\n\t\n• w", "a\n\n \n(iv). b\n-\n- c", "x\n1. \n2.\n\n\n3. d\n\n\n", "\n\n\n"],
-)
+    [
+        "\n1.\n2. x\n\n  3) y\n- z\n\t\n• w", "a\n\n \n(iv). b\n-\n- c", "x\n1. \n2.\n\n\n3. d\n\n\n", "\n\n\n",
+        "#\n# a\n## b\n###\n#\n\n####### c\n#\t##\u3000x\n#",
+    ],
+)  # fmt: skip
 def test_the_after_newline_separators_cut_where_their_regexes_match_in_every_slice(text: str) -> None:
-    """Lists whose markers follow one another (a match's trailing blanks end on the next line), every slice."""
-    from connector.chunkers.recursive import SEPARATORS, AfterNewline
+    """Lists whose markers follow one another (a match's trailing blanks end on the next line), headings of every
+    level next to each other and too deep, every slice."""
+    from connector.chunkers.recursive import SEPARATORS, AfterNewline, HeadingAt
 
     for finder, _ in SEPARATORS:
-        if isinstance(finder, AfterNewline):
+        if isinstance(finder, AfterNewline | HeadingAt):
             for start in range(len(text) + 1):
                 for end in range(start, len(text) + 1):
                     found = [m.start() for m in finder.pattern.finditer(text, start, end)]

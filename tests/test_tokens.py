@@ -65,6 +65,16 @@ def test_spans_of_a_generated_document_count_as_tiktoken_counts_them(name: str, 
     assert tokens.count(text, name) == exact(text, name)
 
 
+@examples(max_examples=500, deadline=None)
+@given(st.text(alphabet=" \t\n\r\x0b\x1c\u3000\u2028/ab", max_size=60))
+def test_the_line_starts_prime_finds_are_those_of_the_lookbehind_pattern(text: str) -> None:
+    """`prime` finds line starts through the newline before each (the pattern `_LINE_START` opens with a lookbehind,
+    which the regex engine tries at every position): the same starts, the same first characters."""
+    reference = [(m.start(), m.end(1)) for m in tokens._LINE_START.finditer(text)]
+    fast = [(m.start() + 1, m.end(1)) for m in tokens._NEWLINE_BEFORE_LINE.finditer(text)]
+    assert fast == reference
+
+
 @pytest.mark.parametrize("name", ADDITIVE)
 def test_every_line_start_of_the_fixtures_splits_their_count_exactly(name: str) -> None:
     """Every cut `_LINE_START` makes in real documents (as files and as converted Markdown) keeps the count."""

@@ -50,10 +50,26 @@ class AfterNewline:
         return found
 
 
+class HeadingAt:
+    r"""`re.compile(r"(?<=\n)#{level}\s")`'s matches, found ten times faster. A pattern that opens with a lookbehind
+    has no literal prefix for the regex engine to look for, so it is tried at every position: 60 us over an
+    8,000-character row for each of the six levels, in each strategy and each level of the recursion, a third of
+    the recursive strategies' work on such a row. The same matches, found through the newline before them (searched
+    from one character before the slice, where the lookbehind looks)."""
+
+    def __init__(self, level: int):
+        self.pattern = re.compile(rf"(?<=\n)#{{{level}}}\s")  # what this finds (the tests compare the two)
+        self._fast = re.compile(rf"\n#{{{level}}}(?=\s)")
+
+    def starts(self, text: str, start: int, end: int) -> list[int]:
+        """`[m.start() for m in self.pattern.finditer(text, start, end)]`."""
+        return [m.start() + 1 for m in self._fast.finditer(text, max(start - 1, 0), end)]
+
+
 # (pattern, offset of the cut inside the match). The separator starts the following piece (offset 0), except for
 # sentence and clause punctuation, which stays with the text it ends (offset 1).
-SEPARATORS: tuple[tuple[re.Pattern[str] | AfterNewline, int], ...] = (
-    *((re.compile(rf"(?<=\n)#{{{level}}}\s"), 0) for level in range(1, 7)),
+SEPARATORS: tuple[tuple[re.Pattern[str] | AfterNewline | HeadingAt, int], ...] = (
+    *((HeadingAt(level), 0) for level in range(1, 7)),
     (AfterNewline(r"\(?[A-Za-z0-9]{1,4}[.)]\s+"), 0),
     (AfterNewline(r"[-*·•●▪◦‣▸▹○◯‒–—]\s+"), 0),
     (re.compile(r"\n{2,}"), 0),
@@ -145,7 +161,7 @@ def _shred(text: str, start: int, end: int, max_tokens: int, encoding: str, leve
         return [(start, end)]
     for depth in range(level, len(SEPARATORS)):
         pattern, shift = SEPARATORS[depth]
-        if isinstance(pattern, AfterNewline):
+        if isinstance(pattern, AfterNewline | HeadingAt):
             found = pattern.starts(text, start, end)
         else:
             found = [m.start() for m in pattern.finditer(text, start, end)]
