@@ -97,11 +97,24 @@ class Chunk:
 
 @_pickled_by_value
 @dataclass(frozen=True, slots=True)
+class ChunkSpan:
+    """A chunk of a candidate that lost, as the sidecar holds it: where it lies and its size, not its text (which is
+    `document.markdown[start:end]`). The sidecar stores only the losers' spans; with their texts, a long document's
+    candidates held about ten times its text there (most of the sidecar's 963 MB at 50 MB of text)."""
+
+    start: int
+    end: int
+    token_count: int
+
+
+@_pickled_by_value
+@dataclass(frozen=True, slots=True)
 class Candidate:
-    """The chunks one strategy produced for one document (after guards when `guarded`)."""
+    """The chunks one strategy produced for one document (after guards when `guarded`); a losing candidate's as
+    spans once its document is chosen (`pipeline.Chosen.shipped`)."""
 
     strategy: str
-    chunks: tuple[Chunk, ...]
+    chunks: tuple[Chunk, ...] | tuple[ChunkSpan, ...]
     params: dict = field(default_factory=dict, hash=False, compare=False)
     elapsed_ms: float = 0.0
     error: str | None = None  # set when the strategy raised: it is recorded but cannot win

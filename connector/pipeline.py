@@ -20,7 +20,7 @@ from connector.embed import attach, winner_texts
 from connector.embedders import Embedder, spec_of
 from connector.embedders.base import Embeddings
 from connector.embedders.cache import text_hash
-from connector.models import Document, Outcome, Scored, SourceDocument
+from connector.models import Candidate, Chunk, ChunkSpan, Document, Outcome, Scored, SourceDocument
 from connector.pool import GROUP, CpuPool
 from connector.select import choose
 from connector.settings import Settings
@@ -36,6 +36,23 @@ class Chosen:
     winner: Scored
     title: str | None
     timings: dict[str, float]
+
+    def shipped(self) -> Chosen:
+        """This document as the worker needs it: the winner whole, every other candidate's chunks as spans
+        (`ChunkSpan`), which is all that is stored of them. What a pool process sends the sidecar: a long document's
+        losing chunks' texts were most of what the sidecar held of it (a 2,400-character row's pickle: 11.6 KB)."""
+        spans: dict[tuple, tuple[ChunkSpan, ...]] = {}  # candidates that cut alike share one tuple (pickled once)
+        scored = []
+        for s in self.scored:
+            c = s.candidate
+            if s is not self.winner and c.chunks and isinstance(c.chunks[0], Chunk):
+                key = tuple((x.start, x.end) for x in c.chunks)
+                if key not in spans:
+                    spans[key] = tuple(ChunkSpan(x.start, x.end, x.token_count) for x in c.chunks)
+                c = Candidate(c.strategy, spans[key], c.params, c.elapsed_ms, c.error, c.raw_token_counts)
+                s = Scored(c, s.metrics, s.score, s.elapsed_ms, s.metric_ms, s.rc_backend, s.shape, s.breaks)
+            scored.append(s)
+        return Chosen(self.document, tuple(scored), self.winner, self.title, self.timings)
 
 
 @dataclass(frozen=True)
@@ -115,7 +132,7 @@ class Pipeline:
 
     def choose(self, source: SourceDocument) -> Chosen:
         """Every stage up to the winner, here."""
-        chosen = self.chooser.choose(source)
+        chosen = self.chooser.choose(source).shipped()
         self.totals.add(chosen.timings)
         return chosen
 
@@ -127,7 +144,7 @@ class Pipeline:
         if self.pool is None:
             future: Future = Future()
             try:
-                future.set_result(self.chooser.choose(source))
+                future.set_result(self.chooser.choose(source).shipped())
             except Exception as exc:
                 future.set_exception(exc)
             return future

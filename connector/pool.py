@@ -636,7 +636,7 @@ def _choose(source: SourceDocument):
     if _chooser is None:
         raise _start_error or TransientError("a CPU pool process has no pipeline")
     try:
-        return _chooser.choose(source)
+        return _chooser.choose(source).shipped()
     except Exception as exc:
         try:  # an exception the sidecar could not unpickle would break the pool for every document in flight
             pickle.loads(pickle.dumps(exc))

@@ -76,3 +76,37 @@ def test_a_pool_process_gives_a_long_documents_memory_back(tmp_path, packed: boo
         assert again.winner.candidate.chunks and again.document.markdown == text[:3000].decode(errors="replace")
     finally:
         pool.close()
+
+
+SIDECAR_HELD_MB = 25  # what the sidecar holds of a 4 MB document's result: 39 MB with every candidate's texts, 16 after
+
+
+def test_the_sidecar_holds_a_long_documents_losing_candidates_as_spans(tmp_path) -> None:
+    """The sidecar stores only the spans of the candidates that lost; with their texts, a long document's result held
+    about ten times its text there (most of the sidecar's 963 MB peak at 50 MB of text). The winner's chunks keep
+    their texts (they are embedded and stored); every other chunk is its span and size."""
+    from connector.models import Chunk, ChunkSpan, SourceDocument
+    from connector.pool import CpuPool
+    from connector.settings import Settings
+
+    def rss_mb() -> float:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+    text = REAL.read_bytes()
+    big = text * (4_000_000 // len(text))
+    pool = CpuPool(Settings(data_dir=tmp_path / "state"), 1)
+    try:
+        pool.submit(SourceDocument(0, "sql", "short", None, text[:3000], "text/plain", "short")).result()
+        before = rss_mb()
+        chosen = pool.submit(SourceDocument(1, "sql", "big", None, big, "text/plain", "big")).result()
+        held = rss_mb() - before
+    finally:
+        pool.close()
+    markdown = chosen.document.markdown
+    assert all(type(c) is Chunk and c.text == markdown[c.start : c.end] for c in chosen.winner.candidate.chunks)
+    losers = [s for s in chosen.scored if s is not chosen.winner and s.candidate.chunks]
+    assert len(losers) >= 5 and sum(len(s.candidate.chunks) for s in losers) > 5_000
+    for s in losers:
+        assert all(type(c) is ChunkSpan for c in s.candidate.chunks)
+        assert s.candidate.chunks[0].start == 0 and s.candidate.chunks[-1].end <= len(markdown)
+    assert held < SIDECAR_HELD_MB, f"{held:.0f} MB held for a 4 MB document's result"
