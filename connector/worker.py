@@ -526,6 +526,10 @@ class Worker:
         return n
 
     def _batch(self, rows: list[ClaimedRow], stop: threading.Event, on_result) -> int:
+        # Short rows first (as claimed), then the others smallest first: a document that is not short runs alone and
+        # the worker waits for it, and the rows claimed behind it waited too, locked where no other worker could take
+        # them (29 short rows held a minute behind a 3 MB changelog while the rest of the queue, 270 rows, was done).
+        rows = sorted(rows, key=lambda r: (not r.short, 0 if r.short else r.size))
         ready: list[Ready] = []
         in_flight: deque[tuple[Started, float]] = deque()  # submitted to the pipeline, oldest first
         n = 0

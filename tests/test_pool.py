@@ -24,7 +24,7 @@ from connector.settings import Settings
 from connector.worker import Worker
 from tests.conftest import FIXTURES, wait_for
 from tests.dbchecks import assert_consistent
-from tests.test_batches import CorruptingPipeline, _insert, _spoil, _status
+from tests.test_batches import PARAGRAPHS, CorruptingPipeline, _insert, _spoil, _status
 
 BIG = (FIXTURES / "apache-2.0.txt").read_text() * 40  # ~450 KB of text: seconds in a pool process
 
@@ -75,8 +75,8 @@ def test_documents_chosen_in_pool_processes_are_written_and_a_bad_one_fails_alon
         tasks = pool.tasks
         Worker(conn, pipeline, []).drain(threading.Event(), lambda row, result: results.__setitem__(row.id, result))
         # Short rows went to the pool four at a time, each with its own outcome (the unwritable one was in a group):
-        # rows 1-4, then 5-6 (handed over before the PDF, which is not short and goes alone), the PDF, 8-11, 12.
-        assert pool.tasks - tasks == 5
+        # rows 1-4, 5-6 and 8-9, 10-12, then the PDF (not short: it goes alone, after the batch's short rows).
+        assert pool.tasks - tasks == 4
         assert results[ids[3]] == "failed" and results[ids[6]] == "failed"
         assert [results[i] for i in ids if i not in (ids[3], ids[6])] == ["done"] * 10
         errors = dict(conn.execute("SELECT id, last_error FROM connector.documents WHERE status = 'failed'"))
@@ -657,6 +657,34 @@ def test_a_slow_document_holds_up_none_of_those_finished_behind_it(settings, poo
         assert _status(conn) == {"done": 8}
         at = dict(conn.execute("SELECT id, processed_at FROM connector.documents").fetchall())
         assert max(at[i] for i in ids[4:]) < min(at[i] for i in ids[:2]), "rows 5-8 were committed before the slow"
+        assert_consistent(conn)
+
+
+def test_rows_claimed_behind_a_long_document_are_written_before_it_starts(settings, pool, tmp_path) -> None:
+    """A document that is not short runs alone and its worker waits for it; the rows claimed after it in the same
+    batch used to wait too, locked where no other worker could take them: 29 short rows held a minute behind a 3 MB
+    changelog while another worker did the rest of the queue. Now a batch's short rows go first, then the others
+    smallest first (files as well)."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    files = {"a-large.txt": BIG[:120_000], "b-small.txt": PARAGRAPHS[0], "c-small.txt": PARAGRAPHS[1]}
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        before = _insert(conn, 2, "before")
+        conn.execute("INSERT INTO connector.documents (source_key, content) VALUES ('long', %s)", (BIG,))
+        after = _insert(conn, 6, "after")
+        for name, text in files.items():  # the large file queued first, as a scan of the folder would
+            (inbox / name).write_text(text)
+            conn.execute("INSERT INTO connector.documents (source, source_key, file_path, file_size) "
+                         "VALUES ('folder', %s, %s, %s)", (name, str(inbox / name), len(text.encode())))  # fmt: skip
+        keys = dict(conn.execute("SELECT id, source_key FROM connector.documents").fetchall())
+        pipeline = Pipeline(settings.model_copy(update={"batch_size": 32}), FakeEmbedder(), pool=pool)
+        order: list[str] = []
+        worker = Worker(conn, pipeline, [inbox])
+        assert worker.drain(threading.Event(), lambda row, result: order.append(keys[row.id])) == 12
+        assert _status(conn) == {"done": 12}
+        shorts = {keys[i] for i in before + after}
+        assert set(order[:8]) == shorts, f"every short row was written before the long ones started: {order}"
+        assert order[8:] == ["b-small.txt", "c-small.txt", "a-large.txt", "long"], "then the others, smallest first"
         assert_consistent(conn)
 
 

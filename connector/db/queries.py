@@ -96,7 +96,7 @@ def _claimed(t: str) -> str:
         f"{t}id, {t}source, {t}source_key, {t}title, CASE WHEN {text} THEN {t}content END AS content, "
         f"CASE WHEN octet_length({t}content_bytes) <= {INLINE_BYTES} THEN {t}content_bytes END AS content_bytes, "
         f"{t}mime_type, {t}file_path, {t}content_hash, {t}attempts, "
-        f"coalesce(octet_length({t}content_bytes), octet_length({t}content)) AS content_size"
+        f"coalesce(octet_length({t}content_bytes), octet_length({t}content)) AS content_size, {t}file_size"
     )
 
 

@@ -57,12 +57,19 @@ class ClaimedRow:
     content_size: int | None = None  # bytes of its content column; over queries.INLINE_BYTES, not yet read
     retries: int = 0  # tries that failed or were abandoned since the content last changed (this one not counted)
     abandoned: bool = False  # claimed from a holder that died (alone): a suspect, run alone in the CPU pool
+    file_size: int | None = None  # a file's size when it was queued (folder rows)
+
+    @property
+    def size(self) -> int:
+        """Bytes of its content as the claim knows them: a file's as it was queued (it may have changed since)."""
+        if self.source == "folder":
+            return self.file_size or 0
+        return self.content_size if self.content_size is not None else len(self.content_bytes or self.content or "")
 
     @property
     def short(self) -> bool:
         """A row whose content is in hand and small (a few pages of text): processed in milliseconds."""
-        size = self.content_size if self.content_size is not None else len(self.content_bytes or self.content or "")
-        return self.source != "folder" and size <= SHORT_BYTES and not (self.mime_type or "").endswith("pdf")
+        return self.source != "folder" and self.size <= SHORT_BYTES and not (self.mime_type or "").endswith("pdf")
 
     @property
     def deferred(self) -> bool:
