@@ -34,6 +34,11 @@ def _notify_payload(dsn: str) -> str:
     return body.split("pg_notify(", 1)[1].split(",", 1)[1].rsplit(")", 1)[0].strip()
 
 
+def _requeue_body(dsn: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT prosrc FROM pg_proc WHERE oid = 'connector.requeue_changed'::regproc").fetchone()[0]
+
+
 def _has_column(dsn: str, table: str, column: str) -> bool:
     query = "SELECT FROM information_schema.columns WHERE table_schema = 'connector' AND table_name = %s AND "
     with psycopg.connect(dsn) as conn:
@@ -50,7 +55,9 @@ def test_upgrade_downgrade_upgrade(dsn: str) -> None:
     assert _notify_payload(dsn) == "''", "0016: one notification per transaction (a payload every row shares)"
     assert _has_column(dsn, "documents", "file_ctime_ns"), "0017: the ctime a folder file was hashed with"
     assert _has_column(dsn, "watched_tables", "attnums"), "0018: the watched columns' numbers, for renames"
+    assert "content_hash" in _requeue_body(dsn), "0019: a new type clears the hash of what was converted"
     migrate(dsn, 384, "0014", downgrade=True)
+    assert "content_hash" not in _requeue_body(dsn), "down from 0019: as before"
     assert not _has_column(dsn, "watched_tables", "attnums"), "down from 0018: gone"
     assert not _has_column(dsn, "documents", "file_ctime_ns"), "down from 0017: gone"
     assert "hnsw" in (_chunks_hnsw(dsn) or ""), "down from 0015: the index is back"

@@ -145,6 +145,41 @@ def test_content_updates_requeue_other_updates_do_not_and_delete_removes_chunks(
         assert conn.execute("SELECT count(*) FROM connector.chunks").fetchone()[0] == 0
 
 
+HTML = "<h1>Queue</h1>\n<p>" + TEXT + "</p>\n<h2>Leases</h2>\n<p>" + TEXT + "</p>\n"
+
+
+class RetypedWhileChosen(Pipeline):
+    """The real pipeline, except that the row's type is corrected by someone else while its chunks are chosen."""
+
+    def embed(self, chosen):
+        with psycopg.connect(self.settings.dsn.get_secret_value(), autocommit=True) as other:
+            other.execute("UPDATE connector.documents SET mime_type = 'text/html' WHERE mime_type = 'text/plain'")
+        return super().embed(chosen)
+
+
+@pytest.mark.parametrize("when", ["after", "while processing"])
+def test_a_row_whose_type_is_corrected_is_converted_again(settings: Settings, when: str) -> None:
+    """Changing a row's `mime_type` requeues it, but its bytes hash as before: the worker found it "unchanged" and
+    the HTML stored as text kept its chunks with the tags in them, however often the type was corrected."""
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        insert = "INSERT INTO connector.documents (source_key, content_bytes, mime_type) VALUES ('page', %s, %s)"
+        doc = conn.execute(insert + " RETURNING id", (HTML.encode(), "text/plain")).fetchone()[0]
+        pipeline = (RetypedWhileChosen if when != "after" else Pipeline)(settings, FakeEmbedder())
+        once = threading.Event()  # one pass: the drain would take the requeued row again at once
+        assert Worker(conn, pipeline, []).drain(once, lambda *_: once.set()) == 1
+        tags = "SELECT count(*) FROM connector.chunks WHERE document_id = %s AND text LIKE '%%<h1>%%'"
+        assert conn.execute(tags, (doc,)).fetchone()[0] == 1, "read as text, the tags are in the chunks"
+        if when == "after":
+            conn.execute("UPDATE connector.documents SET mime_type = 'text/html' WHERE id = %s", (doc,))
+        assert _row(conn, doc)[0] == "pending"
+        results: list[str] = []
+        Worker(conn, Pipeline(settings, FakeEmbedder()), []).drain(threading.Event(), lambda _, r: results.append(r))
+        assert results == ["done"], "converted again, not found unchanged"
+        assert conn.execute(tags, (doc,)).fetchone()[0] == 0, "read as HTML: no tag left"
+        assert conn.execute("SELECT markdown LIKE '# Queue%%' FROM connector.documents").fetchone()[0]
+        assert_consistent(conn)
+
+
 def test_a_watched_table_flows_into_the_queue(settings: Settings) -> None:
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         conn.execute("CREATE SCHEMA app")

@@ -368,7 +368,9 @@ COPY_CANDIDATES_TYPES = [
     "float8", "text", "text", "jsonb", "jsonb", "int4[]", "jsonb",
 ]  # fmt: skip
 
-# If the document was requeued while we worked (its file changed again), it stays pending for another pass.
+# If the document was requeued while we worked (its file changed again, its row got new content or a new type), it
+# stays pending for another pass, with no `content_hash`: what its chunks came from is no longer what the row says
+# (with the claimed bytes' hash, a type changed meanwhile found the next pass "unchanged", the old conversion kept).
 # `metadata` is the user's (or the watched table's columns): never written here; the page count has its own column.
 # The title: a file's own (what it calls itself) always; otherwise ours only where nobody changed the row's title
 # or key since the claim: an application's new title, or a renamed file's new name (`RENAME_FOLDER_DOCUMENTS`),
@@ -376,8 +378,9 @@ COPY_CANDIDATES_TYPES = [
 MARK_DONE = """
 UPDATE connector.documents
 SET status = CASE WHEN status = 'pending' THEN 'pending' ELSE 'done' END,
-    markdown = %(markdown)s, blocks = %(blocks)s, content_hash = %(hash)s, failed_hash = NULL, strategy = %(strategy)s,
-    score = %(score)s, last_error = NULL, lease_expires_at = NULL, processed_at = now(), updated_at = now(),
+    markdown = %(markdown)s, blocks = %(blocks)s, failed_hash = NULL, strategy = %(strategy)s, score = %(score)s,
+    content_hash = CASE WHEN status = 'pending' THEN NULL ELSE %(hash)s END, last_error = NULL,
+    lease_expires_at = NULL, processed_at = now(), updated_at = now(),
     page_count = %(page_count)s, claimed_by = NULL, retries = 0, retry_after = NULL,
     title = CASE WHEN %(own_title)s THEN %(title)s
                  WHEN title IS NOT DISTINCT FROM %(claimed_title)s AND source_key = %(claimed_key)s
