@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 if TYPE_CHECKING:
     from connector.chunkers.base import Chunker
@@ -110,6 +110,17 @@ class Semantic(_Strategy):
     kind: Literal["semantic"] = "semantic"
     percentile: float = Field(90.0, ge=0, le=100)
     encoder: str = Field("lexical", description="Sentence encoder: an embedder setting (lexical, minilm).")
+
+    @field_validator("encoder")
+    @classmethod
+    def _known_encoder(cls, value: str) -> str:
+        # Checked with the settings, not when a document is chunked: an encoder misspelt failed every document a
+        # replica claimed ("no chunking strategy produced chunks"), for good, while it ran beside healthy ones.
+        from connector.embedders import PROVIDERS
+
+        if value not in PROVIDERS:
+            raise ValueError(f"unknown encoder {value!r}; known: {', '.join(PROVIDERS)}")
+        return value
 
     def default_name(self) -> str:
         if (self.percentile, self.encoder) == (90.0, "lexical"):

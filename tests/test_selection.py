@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import psycopg
 import pytest
 from pydantic import ValidationError
 
@@ -24,7 +25,8 @@ from connector.settings import ChunkingSettings, ScoringSettings
 from connector.strategies import LangChain, Recursive, Sections, TokenWindow
 from connector.tuning.envfile import write_weights
 from connector.tuning.weights import Row, quality, tune
-from tests.conftest import FIXTURES, child_env, connector_cmd
+from tests.conftest import FIXTURES, child_env, connector_cmd, output_of
+from tests.test_batches import _insert
 
 TOPICS = {
     "pasta": [
@@ -172,6 +174,8 @@ def test_bad_strategy_configs_are_refused_with_the_reason() -> None:
         ChunkingSettings(strategies=[{"kind": "sentence", "size": 3}])
     with pytest.raises(ValidationError, match="at least one strategy"):
         ChunkingSettings(strategies=[])
+    with pytest.raises(ValidationError, match="unknown encoder 'minlm'; known: minilm"):
+        ChunkingSettings(strategies=[{"kind": "semantic", "encoder": "minlm"}])
 
 
 @pytest.mark.parametrize(
@@ -184,6 +188,22 @@ def test_a_bad_strategy_setting_is_one_line_on_the_command_line(tmp_path: Path, 
     assert result.returncode == 2
     assert "configuration error:" in result.stderr and says in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_replica_with_a_misspelt_encoder_refuses_to_start_and_takes_no_row(migrated_dsn, start_process) -> None:
+    """The semantic strategy's encoder was looked up only when a document was chunked: a replica started with a typo
+    beside healthy ones claimed its share of the queue and failed every row, for good ("no chunking strategy
+    produced chunks (semantic_90_minlm: FatalError: unknown embedder 'minlm'…)")."""
+    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+        _insert(conn, 4)
+    strategies = '[{"kind": "semantic", "encoder": "minlm"}]'
+    proc = start_process("run", "--once", "--no-watch", "--dsn", migrated_dsn, "--embedder", "fake",
+                         CONNECTOR_CHUNK_STRATEGIES=strategies)  # fmt: skip
+    assert proc.wait(120) == 2, output_of(proc)
+    assert "configuration error:" in output_of(proc) and "unknown encoder 'minlm'" in output_of(proc)
+    with psycopg.connect(migrated_dsn) as conn:
+        rows = conn.execute("SELECT status, attempts, count(*) FROM connector.documents GROUP BY 1, 2").fetchall()
+    assert rows == [("pending", 0, 4)], "no row claimed, none failed"
 
 
 def test_forcing_an_unknown_strategy_is_a_configuration_error() -> None:
