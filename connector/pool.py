@@ -76,6 +76,16 @@ LOADING = -1  # the token in the slot of a pool process that is still loading it
 TORN_DOWN = 128 + signal.SIGTERM  # a pool process's exit code when its executor stopped it (`exit_when_torn_down`)
 REAP_WAIT_S = 10.0  # how long a broken pool's executor thread has to fail its tasks (`CpuPool._reap`)
 GROUP = 4  # short documents a pool process takes as one task (`CpuPool.submit_many`)
+TIMEOUT_PER_MB_S = 60.0  # a task's deadline grows by this for each MB of its content (`document_timeout_seconds`)
+WATCH_EVERY_S = 1.0  # how often the deadlines of the tasks running are looked at (`CpuPool._watch`)
+_STRIDE = 3  # a pool process's slot: its pid, the token of the task it runs (0: none), when that task started (ms)
+
+
+class DocumentTimedOut(BrokenProcessPool):
+    """A task ran past its deadline and its pool process was stopped: a document that hangs (a parser caught in a
+    loop, a pathological input) would otherwise hold its rows, and a pool process, for as long as the sidecar
+    lives, its leases renewed all along. Handled as a pool process's death (the document is tried again alone, the
+    stop counting as a try), with this as its reason."""
 
 
 class CpuPool:
@@ -102,6 +112,10 @@ class CpuPool:
         self._reaping: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()  # broken, handed to `_reap`
         self._reaped: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()  # and answered
         self._tokens = itertools.count(1)
+        # Deadlines (`_watch`): the processes stopped for running past one, pid -> what the stop says.
+        self._overdue: dict[int, str] = {}
+        self._watcher: threading.Thread | None = None
+        self._stop_watching = threading.Event()
 
     def submit(
         self, source: SourceDocument, alone: bool = False, while_waiting: Callable[[], None] = lambda: None
@@ -185,7 +199,7 @@ class CpuPool:
         only if a process that died on its own was running it (see `_reap`); otherwise it goes to the next pool."""
         outer: Future = Future()
         outer.set_running_or_notify_cancel()  # running: not to be cancelled by anyone (see the worker's NOTE)
-        self._dispatch(_Task(next(self._tokens), fn, arg, outer))
+        self._dispatch(_Task(next(self._tokens), fn, arg, outer, deadline_s(self.settings, arg)))
         return outer
 
     def _dispatch(self, task: _Task) -> None:
@@ -222,13 +236,40 @@ class CpuPool:
                 # spawn: the sidecar holds threads (watcher, HTTP, heartbeats) and torch's pools, which do not
                 # survive a fork.
                 context = mp.get_context("spawn")
-                slots = context.Array("q", 2 * self.processes)  # (pid, token) for each process: see `_run`
+                slots = context.Array("q", _STRIDE * self.processes)  # (pid, token, started) for each: see `_run`
                 self._executor = ProcessPoolExecutor(
                     max_workers=self.processes, mp_context=context, initializer=_start,
                     initargs=(self.settings, os.getpid(), slots),
                 )  # fmt: skip
                 self._slots[self._executor] = slots
+                if self.settings.document_timeout_seconds and self._watcher is None:
+                    self._watcher = threading.Thread(target=self._watch, name="cpu-pool-deadlines", daemon=True)
+                    self._watcher.start()
             return self._executor
+
+    def _watch(self) -> None:
+        """Stop the pool process of a task that runs past its deadline (`deadline_s`): SIGKILL, which the executor
+        takes for a death like any other (`_reap` answers the task with `DocumentTimedOut`). SIGKILL, not SIGTERM: a
+        process caught in a native library's loop, or stopped (SIGSTOP), never handles a signal it may catch."""
+        while not self._stop_watching.wait(WATCH_EVERY_S):
+            with self._lock:
+                executor = self._executor
+                tasks = {t.token: t for t in self._tasks.get(executor, {}).values()} if executor else {}
+                slots = self._slots.get(executor) if executor else None
+            now = _now_ms()
+            for pid, (token, started) in _started(slots).items():
+                task = tasks.get(token)
+                if task is None or task.deadline_s is None or pid in self._overdue:
+                    continue
+                if (now - started) / 1000 > task.deadline_s:
+                    arg = task.arg if isinstance(task.arg, list) else [task.arg]
+                    keys = ", ".join(getattr(source, "source_key", "?") for source in arg)
+                    why = (f"it ran past its deadline ({task.deadline_s:.0f} s: CONNECTOR_DOCUMENT_TIMEOUT_SECONDS, "
+                           f"plus {TIMEOUT_PER_MB_S:.0f} s a MB) and its CPU pool process was stopped")  # fmt: skip
+                    self._overdue[pid] = why
+                    log.warning("%s: %s (pid %d)", keys, why, pid)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
 
     def _answered(self, inner: Future, executor: ProcessPoolExecutor) -> None:
         if not inner.cancelled() and isinstance(inner.exception(), BrokenProcessPool):
@@ -313,11 +354,15 @@ class CpuPool:
             self._reaped.add(broken)  # a task still going in goes to the next pool (`_dispatch`)
         running = _running(slots)
         dead_ran = {running[pid] for pid in died if pid in running}
+        overdue = {running[pid]: self._overdue.pop(pid) for pid in died if pid in running and pid in self._overdue}
         unknown = any(pid not in running for pid in died)  # died between two tasks
         elsewhere = {running[pid] for pid in stopped if pid in running}
         failed = again = 0
         for task in tasks.values():
             if task.outer.done():
+                continue
+            if task.token in overdue:
+                failed += _settle(task.outer, error=DocumentTimedOut(overdue[task.token]))
                 continue
             if task.token in dead_ran or (unknown and task.token not in elsewhere) or task.moved >= MAX_MOVES:
                 failed += _settle(task.outer, error=BrokenProcessPool("its CPU pool process died running it"))
@@ -348,6 +393,7 @@ class CpuPool:
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
             self._fail_all(executor, CancelledError())  # a task lost as it went in (see `_reap`), if any
+        self._end_watch()
 
     def terminate(self) -> None:
         """Stop the processes now, abandoning what they run (a shutdown past its grace period: the documents have
@@ -357,6 +403,12 @@ class CpuPool:
         if executor is not None:
             kill(executor)
             self._fail_all(executor, BrokenProcessPool("the CPU pool was stopped"))
+        self._end_watch()
+
+    def _end_watch(self) -> None:
+        self._stop_watching.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=5)
 
     def warm(self, timeout: float = 300.0) -> None:
         """Start every process and wait until each has loaded its models (`connector bench`: outside the clock)."""
@@ -408,7 +460,19 @@ class _Task:
     fn: Callable
     arg: object
     outer: Future
+    deadline_s: float | None  # how long it may run in a pool process (`deadline_s`); None: as long as it takes
     moved: int = 0  # broken pools it left at no cost (another document's death)
+
+
+def deadline_s(settings: Settings, arg) -> float | None:
+    """How long a task may run in a pool process: `document_timeout_seconds`, plus TIMEOUT_PER_MB_S for each MB of
+    its documents' content (a long text takes about a second a MB; a scanned PDF a few seconds a page of OCR, a page
+    being a few hundred KB). None: no limit."""
+    if not settings.document_timeout_seconds:
+        return None
+    sources = arg if isinstance(arg, list) else [arg]
+    size = sum(len(s.data) for s in sources if isinstance(s, SourceDocument))
+    return settings.document_timeout_seconds + TIMEOUT_PER_MB_S * size / 1_000_000
 
 
 def _settle(future: Future, result: object = None, error: BaseException | None = None) -> bool:
@@ -432,10 +496,24 @@ def _exit(code: int | None) -> str:
 
 def _running(slots) -> dict[int, int]:
     """pid -> the token of the task it runs now (or ran when it died), from a pool's slots."""
+    return {pid: token for pid, (token, _) in _started(slots).items()}
+
+
+def _started(slots) -> dict[int, tuple[int, int]]:
+    """pid -> the token of the task it runs now (or ran when it died) and when that task started (`_now_ms`; 0 while
+    loading), from a pool's slots."""
     if slots is None:
         return {}
     values = list(slots.get_obj())
-    return {values[i]: values[i + 1] for i in range(0, len(values), 2) if values[i] and values[i + 1]}
+    return {
+        values[i]: (values[i + 1], values[i + 2]) for i in range(0, len(values), _STRIDE) if values[i] and values[i + 1]
+    }
+
+
+def _now_ms() -> int:
+    """CLOCK_MONOTONIC in milliseconds: one clock for every process of the machine (a pool process writes when its
+    task started, the sidecar reads it)."""
+    return int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1000)
 
 
 def kill(executor: ProcessPoolExecutor) -> None:
@@ -550,7 +628,7 @@ def _start(settings: Settings, parent: int, slots) -> None:
     exit_with_parent(parent)
     with slots.get_lock():  # this process's slot: the first free one (slots of processes that died stay taken)
         values = slots.get_obj()
-        free = next((i for i in range(0, len(values), 2) if values[i] == 0), None)
+        free = next((i for i in range(0, len(values), _STRIDE) if values[i] == 0), None)
         if free is not None:
             values[free], values[free + 1] = os.getpid(), LOADING
     _slot = None if free is None else (values, free + 1)  # none: its deaths blame every task (see `_reap`)
@@ -591,11 +669,13 @@ def _run(token: int, fn: Callable, arg):
     if _slot is None:
         return _released(fn(arg), arg)
     values, at = _slot
+    values[at + 1] = _now_ms()  # before the token: whoever sees the token sees when it started (`CpuPool._watch`)
     values[at] = token
     try:
         return _released(fn(arg), arg)
     finally:
         values[at] = 0
+        values[at + 1] = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -308,6 +308,13 @@ class Settings(BaseSettings):
     retry_base_seconds: float = Field(5.0, description="First backoff after a transient failure; doubles per try.")
     shutdown_grace_seconds: float = Field(30.0, description="On SIGTERM, time to finish in-flight documents.")
     max_document_mb: float = Field(100.0, description="Larger files and rows fail with 'too large'.")
+    document_timeout_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="A document still running in a CPU pool process after this long, plus 60 s for each MB of its "
+        "content, has that process stopped (a hung parser, a pathological input): it is tried again alone, the "
+        "stop counting as a try, and fails after max_attempts. 0: no limit.",
+    )
     keep_deleted: bool = Field(False, description="Keep the chunks of files deleted from the watched folder.")
     http_port: int | None = Field(
         None, description="Serve /health, Prometheus /metrics and /search on http_host at this port (unset: off)."

@@ -47,6 +47,7 @@ from connector.errors import (
 )
 from connector.models import Outcome, SourceDocument
 from connector.pipeline import Chosen, Pipeline
+from connector.pool import DocumentTimedOut
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +170,9 @@ class Worker:
             with contextlib.suppress(DocumentError):  # the hash: only new bytes requeue a file that kills workers
                 content_hash = row.load(self.roots, self.max_bytes).content_hash
             error = (f"gave up after {row.retries} tries: the worker or CPU process running it stopped (crash, "
-                     "kill, out of memory or lost connection) each time")  # fmt: skip
+                     "kill, out of memory, lost connection or past its deadline) each time")  # fmt: skip
+            if row.last_error:
+                error += f"; the last time: {row.last_error}"
             return self._fail(row, error, content_hash)
         try:
             if row.deferred and row.content_size <= self.max_bytes:  # read now, its claim committed: it has a try
@@ -250,7 +253,11 @@ class Worker:
                 return "retry"
             # Its pool process died (or the pool was stopped), maybe because of another document in flight: as if
             # this worker had died holding it, it is claimed again alone and the death counts as a try.
-            error = "the CPU pool process running it (or another document) stopped: crash, kill or out of memory"
+            error = (
+                str(exc)
+                if isinstance(exc, DocumentTimedOut)
+                else "the CPU pool process running it (or another document) stopped: crash, kill or out of memory"
+            )
             log.warning("%s: %s; it will be tried again alone", row.source_key, error,
                         extra={"document_id": row.id, "source_key": row.source_key})  # fmt: skip
             with contextlib.suppress(psycopg.Error):

@@ -761,3 +761,76 @@ def test_stopped_while_the_pool_answers_nothing_the_rows_never_started_still_go_
         assert not done.is_alive()
         assert _status(conn) == {"done": 16, "pending": 16}
         assert_consistent(conn)
+
+
+def test_a_document_that_hangs_its_pool_process_is_stopped_at_its_deadline_and_fails_after_its_tries(
+    settings: Settings, tmp_path
+) -> None:
+    """A document that hangs its pool process (a parser caught in a loop; here the process is stopped with SIGSTOP
+    each time it runs the document) held its row, a pool process and a worker thread for as long as the sidecar
+    lived: its lease renewed all along, `/health` saying ok. Past its deadline (`document_timeout_seconds`, plus
+    60 s a MB) the process is killed; the document is tried again alone, and fails after its tries with the reason,
+    while the others go through."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    text = BIG[:60_000]  # a tenth of a second or so in a pool process: long enough to be seen running
+    (inbox / "hangs.txt").write_text(text)  # a file: never short, so it runs as a task of its own
+    s = settings.model_copy(
+        update={"document_timeout_seconds": 2.0, "batch_size": 32, "max_attempts": 2, "retry_base_seconds": 0.0}
+    )
+    pool = CpuPool(s, 2)
+    stopped: list[int] = []
+    done = threading.Event()
+
+    def stop_whoever_runs_it() -> None:
+        while not done.is_set():
+            for pid in _running_it(pool, "hangs.txt"):
+                if pid not in stopped:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+            time.sleep(0.01)
+
+    stopper = threading.Thread(target=stop_whoever_runs_it)
+    stopper.start()
+    try:
+        with connect(s.dsn.get_secret_value(), autocommit=True) as conn:
+            ids = _insert(conn, 6)
+            hung = conn.execute(
+                "INSERT INTO connector.documents (source, source_key, file_path, file_size) "
+                "VALUES ('folder', 'hangs.txt', %s, %s) RETURNING id",
+                (str(inbox / "hangs.txt"), len(text.encode())),
+            ).fetchone()[0]
+            worker = Worker(conn, Pipeline(s, FakeEmbedder(), pool=pool), [inbox])
+            results: list[tuple[int, str]] = []
+
+            def drain() -> None:
+                while worker.drain(threading.Event(), lambda row, result: results.append((row.id, result))):
+                    pass
+
+            draining = threading.Thread(target=drain)
+            draining.start()
+            draining.join(timeout=120)
+            if draining.is_alive():  # it waits for the stopped process for good: free it to end the test
+                done.set()
+                _kill(stopped)
+                draining.join()
+            assert [r for i, r in results if i == hung] == ["retry", "retry", "failed"], results
+            status, retries, error = conn.execute(
+                "SELECT status, retries, last_error FROM connector.documents WHERE id = %s", (hung,)
+            ).fetchone()
+            assert (status, retries) == ("failed", 2)
+            assert error.startswith("gave up after 2 tries"), error
+            assert "the last time: it ran past its deadline (6 s" in error and "DOCUMENT_TIMEOUT_SECONDS" in error, (
+                error
+            )
+            assert all(r == "done" for i, r in results if i in ids) and _status(conn) == {"done": 6, "failed": 1}
+            assert_consistent(conn)
+    finally:
+        done.set()
+        stopper.join()
+        pids = pool.pids()
+        pool.close()
+    assert len(stopped) == 2, "stopped on each of its two tries"
+    assert not [p for p in stopped + pids if _alive(p)], (
+        "the hung processes were killed, and no process outlives the pool"
+    )

@@ -179,6 +179,8 @@ FROM picked p
 WHERE d.id = p.id
   AND CASE WHEN p.first_abandoned IS NULL THEN p.n = 1 OR p.upto <= %(max_bytes)s ELSE p.id = p.first_abandoned END
 RETURNING {_claimed("d.")}, d.retries,
+          -- why its last holder gave it up, when that holder said (`ABANDON`): the reason it fails with
+          CASE WHEN p.first_abandoned IS NOT NULL THEN d.last_error END AS last_error,
           p.first_abandoned IS NOT NULL AS abandoned
 """
 

@@ -58,6 +58,7 @@ class ClaimedRow:
     retries: int = 0  # tries that failed or were abandoned since the content last changed (this one not counted)
     abandoned: bool = False  # claimed from a holder that died (alone): a suspect, run alone in the CPU pool
     file_size: int | None = None  # a file's size when it was queued (folder rows)
+    last_error: str | None = None  # an abandoned row's: why its holder gave it up, if it said (past its deadline)
 
     @property
     def size(self) -> int:
