@@ -380,6 +380,34 @@ def test_a_text_too_long_for_word_vectors_is_embedded_per_text(models_dir, monke
     assert np.allclose(cache.spans(spans[:1] + spans[:1]), encoder.embed([text[slice(*spans[0])]] * 2), atol=1e-6)
 
 
+@pytest.mark.parametrize("weights", [{}, {"rt": 0.2, "bi": 0}, {"icc": 0, "dcc": 0, "rt": 0}])
+def test_a_candidate_is_measured_on_its_weighted_metrics_in_order_and_a_skipped_one_on_none(tmp_path, weights) -> None:
+    """`score` reads the weights once per document: each candidate still gets every metric weighted above 0 (and
+    only those), timed in the metrics' order, and the weighted mean of them; one without chunks gets nothing."""
+    from connector.metrics import METRICS, weighted_score
+
+    doc = convert((FIXTURES / "apache-2.0.txt").read_bytes(), "text/plain", CHUNKING)
+    chunks = chunks_at(doc.markdown, [doc.markdown.index(" ", len(doc.markdown) // 2)])  # a cut `explain` marks
+    settings = Settings(data_dir=tmp_path, weights=weights)
+    scorer = DocumentMetrics(doc, settings, Resources(CountingEncoder(), HeuristicCoref()))
+    measured = Candidate("a", chunks, raw_token_counts=(50, 600))
+    skipped = Candidate("b", (), error="skipped: document has no pages")
+    failed = Candidate("c", chunks, error="ValueError: after its chunks")
+    scorer.prepare([measured, skipped, failed], pairs=True)
+    got = scorer.score(measured)
+    w = settings.weights.as_dict()
+    assert list(got.metric_ms) == [m for m in ("sc", "bi", "rc", "icc", "dcc", "rt") if w[m] > 0]
+    assert [m for m in METRICS if got.metrics[m] is not None] == [m for m in METRICS if w[m] > 0]
+    assert got.score == weighted_score(got.metrics, settings.weights) and got.rc_backend == "heuristic"
+    assert got.shape and got.breaks
+    nothing = scorer.score(skipped)
+    assert nothing.metrics == dict.fromkeys(METRICS) and nothing.score is None and not nothing.metric_ms
+    assert nothing.shape == {} and nothing.breaks == () and nothing.rc_backend is None
+    unmeasured = scorer.score(failed)  # chunks but an error: no value, but `explain`'s view of its chunks
+    assert unmeasured.metrics == dict.fromkeys(METRICS) and unmeasured.score is None and not unmeasured.metric_ms
+    assert unmeasured.shape == got.shape and unmeasured.breaks == got.breaks
+
+
 def test_candidates_with_the_same_chunks_are_scored_once_and_alike(tmp_path) -> None:
     doc = convert((FIXTURES / "apache-2.0.txt").read_bytes(), "text/plain", CHUNKING)
     half = doc.markdown.index(" ", len(doc.markdown) // 2)  # inside a paragraph: a cut `explain` marks

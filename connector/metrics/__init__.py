@@ -71,6 +71,12 @@ class DocumentMetrics:
         # And what `connector explain` shows of them (shape, breaks): functions of the spans too (a chunk's token
         # count is its text's).
         self._views: dict[tuple[tuple[int, int], ...], tuple[dict, tuple[dict, ...]]] = {}
+        # The weights, and the metrics `score` computes (those weighted above 0, in the order they are measured and
+        # listed in `metric_ms`), read once per document: settings' `as_dict` is a new dict at each call, and it was
+        # called for every metric of every candidate.
+        self._weights = settings.weights.as_dict()
+        measured = ("sc", "bi", "rc") if self.vectors is None else ("sc", "bi", "rc", "icc", "dcc", "rt")
+        self._measured = tuple(name for name in measured if self._weights[name] > 0)
 
     @cached_property
     def sentences(self) -> Sentences:
@@ -102,11 +108,17 @@ class DocumentMetrics:
         texts: list[str] = []
         every_span: list[tuple[int, int]] = []
         weights = self.settings.weights
+        seen: set[tuple[tuple[int, int], ...]] = set()
         for candidate in pool:
             if candidate.error is None and candidate.chunks:
-                every_span += [(c.start, c.end) for c in candidate.chunks]
-                if weights.icc > 0:
-                    every_span += icc_spans(candidate.chunks, self.sentences)
+                spans = tuple((c.start, c.end) for c in candidate.chunks)
+                # The same chunks as an earlier candidate ask for the same spans, all listed already (and the batch
+                # keeps each span where it first appears).
+                if spans not in seen:
+                    seen.add(spans)
+                    every_span += spans
+                    if weights.icc > 0:
+                        every_span += icc_spans(candidate.chunks, self.sentences)
                 if weights.rt > 0:
                     texts += retrievability_texts(self.document.markdown, candidate.chunks, self.probes)
         with self.timer("metric:embed"):
@@ -125,45 +137,49 @@ class DocumentMetrics:
         t0 = time.perf_counter()
         values: dict[str, float | None] = dict.fromkeys(METRICS)
         ms: dict[str, float] = {}
-        if candidate.error is None and candidate.chunks:
-            chunks = candidate.chunks
-            chunking = self.settings.chunking
-            steps = {
-                "sc": lambda: size_compliance(self._sizes(candidate), chunking.min_tokens, chunking.max_tokens),
-                "bi": lambda: block_integrity(self.document.units or self.document.blocks, chunks),
-                "rc": lambda: references_completeness(self.pairs, chunks),
-            }
-            if self.vectors is not None:
-                m = self.settings.metrics
-                steps["icc"] = lambda: intrachunk_cohesion(chunks, self.sentences, self.vectors.spans)
-                steps["dcc"] = lambda: contextual_coherence(chunks, self.vectors.spans, m.window_tokens)
-                steps["rt"] = lambda: retrievability(
-                    self.document.markdown, chunks, self.probes, self.vectors, m.rt_budget_chars
-                )
-            known = self._by_spans.setdefault(tuple((c.start, c.end) for c in chunks), {})
-            for name, step in steps.items():
-                if self.settings.weights.as_dict()[name] <= 0 or (name == "rc" and not rc):
-                    continue
-                if name in known:  # the same chunks as an earlier candidate: the same value, for nothing
-                    values[name], ms[name] = known[name], 0.0
-                    continue
-                s0 = time.perf_counter()
-                values[name] = step()
-                ms[name] = (time.perf_counter() - s0) * 1000
-                self.timer.add({f"metric:{name}": ms[name]})
-                if name != "sc":  # SC reads the strategy's own sizes, before the guards
-                    known[name] = values[name]
-        shape, breaks = self._views_of(candidate)
+        if not candidate.chunks:  # a strategy skipped or failed: no value, no score, no view
+            return Scored(candidate, values, None, (time.perf_counter() - t0) * 1000, metric_ms=ms)
+        spans = tuple((c.start, c.end) for c in candidate.chunks)
+        known = self._by_spans.setdefault(spans, {}) if candidate.error is None else {}
+        for name in self._measured if candidate.error is None else ():
+            if name == "rc" and not rc:
+                continue
+            if name in known:  # the same chunks as an earlier candidate: the same value, for nothing
+                values[name], ms[name] = known[name], 0.0
+                continue
+            s0 = time.perf_counter()
+            values[name] = self._measure(name, candidate)
+            ms[name] = (time.perf_counter() - s0) * 1000
+            self.timer.add({f"metric:{name}": ms[name]})
+            if name != "sc":  # SC reads the strategy's own sizes, before the guards
+                known[name] = values[name]
+        shape, breaks = self._views_of(candidate, spans)
         return Scored(
             candidate,
             values,
-            weighted_score(values, self.settings.weights),
+            _weighted(values, self._weights),
             (time.perf_counter() - t0) * 1000,
             metric_ms=ms,
             rc_backend=self.coref_backend if "rc" in ms else None,
             shape=shape,
             breaks=breaks,
         )
+
+    def _measure(self, name: str, candidate: Candidate) -> float | None:
+        chunks = candidate.chunks
+        if name == "sc":
+            chunking = self.settings.chunking
+            return size_compliance(self._sizes(candidate), chunking.min_tokens, chunking.max_tokens)
+        if name == "bi":
+            return block_integrity(self.document.units or self.document.blocks, chunks)
+        if name == "rc":
+            return references_completeness(self.pairs, chunks)
+        m = self.settings.metrics
+        if name == "icc":
+            return intrachunk_cohesion(chunks, self.sentences, self.vectors.spans)
+        if name == "dcc":
+            return contextual_coherence(chunks, self.vectors.spans, m.window_tokens)
+        return retrievability(self.document.markdown, chunks, self.probes, self.vectors, m.rt_budget_chars)
 
     def with_rc(self, scored: Scored) -> Scored:
         """`scored` (scored without RC) with RC, its score and its breaks' references added."""
@@ -182,13 +198,10 @@ class DocumentMetrics:
             self.timer.add({"metric:rc": ms["rc"]})
         values = {**scored.metrics, "rc": value}
         breaks = tuple(breaks_of(self.document, chunks, self.pairs))
-        return replace(scored, metrics=values, score=weighted_score(values, self.settings.weights), metric_ms=ms,
+        return replace(scored, metrics=values, score=_weighted(values, self._weights), metric_ms=ms,
                        rc_backend=self.coref_backend, breaks=breaks)  # fmt: skip
 
-    def _views_of(self, candidate: Candidate) -> tuple[dict, tuple[dict, ...]]:
-        if not candidate.chunks:
-            return {}, ()
-        spans = tuple((c.start, c.end) for c in candidate.chunks)
+    def _views_of(self, candidate: Candidate, spans: tuple[tuple[int, int], ...]) -> tuple[dict, tuple[dict, ...]]:
         if spans not in self._views:
             self._views[spans] = (
                 shape_of(candidate, self.document, self.settings.chunking),
@@ -267,7 +280,10 @@ def shape_of(candidate: Candidate, document: Document, chunking) -> dict:
 
 def weighted_score(values: dict[str, float | None], weights: ScoringSettings) -> float | None:
     """Weighted mean over the defined metrics, the weights renormalised over those (algorithm-spec §5)."""
-    w = weights.as_dict()
+    return _weighted(values, weights.as_dict())
+
+
+def _weighted(values: dict[str, float | None], w: dict[str, float]) -> float | None:
     defined = [(w[k], v) for k, v in values.items() if v is not None and w.get(k, 0) > 0]
     total = sum(weight for weight, _ in defined)
     if total == 0:
