@@ -442,6 +442,36 @@ def test_word_bounds_from_numpy_are_the_unit_regex_matches(text) -> None:
     assert list(zip(starts.tolist(), ends.tolist(), strict=True)) == [m.span() for m in _UNIT.finditer(text)]
 
 
+@examples(max_examples=300, deadline=None)
+@given(_TEXTS, st.integers(0, 3))
+def test_a_documents_words_are_the_unit_regex_matches_whichever_way_they_are_cut_out(text, long_runs) -> None:
+    """`StaticEncoder.spans` takes `str.split`'s words where they are the runs `_unit_bounds` found, and slices
+    them out one by one where they are not (a space only Python's whitespace has, a run cut for its length)."""
+    from connector.metrics.vectors import LONG_WORD_CHARS, _unit_bounds, _words
+
+    text += ("x" * (LONG_WORD_CHARS + 7) + "." + "y" * 40 + " ") * long_runs
+    starts, ends = _unit_bounds(text)
+    assert _words(text, starts, ends) == [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
+def test_spans_announced_twice_or_as_lists_or_arrays_are_announced_once_in_the_order_first_given(models_dir) -> None:
+    """`SpanVectors.prepare` drops repeated spans before it converts them to ints: the same spans in the same order
+    (the rows of one product) whatever form they came in."""
+    text = SPAN_TEXT[:3000]
+    spans = sentence_spans(text)
+    given = [*spans[:6], *spans[2:4], (np.int64(spans[7][0]), np.int64(spans[7][1])), spans[7], spans[1]]
+    want = list(dict.fromkeys(spans[:6] + spans[7:8]))
+    encoder = static_encoder(models_dir)
+    rows = []
+    for form in (given, [list(span) for span in given], np.asarray(given)):
+        vectors = encoder.spans(text)
+        vectors.prepare(form)
+        assert list(vectors._known) == want and all(type(a) is int for span in vectors._known for a in span)
+        rows.append(vectors(want))
+    assert np.array_equal(rows[0], rows[1]) and np.array_equal(rows[0], rows[2])
+    assert np.array_equal(rows[0], encoder.spans(text)(want)), "the same rows as one product of those spans"
+
+
 def _hashed_bow_reference(texts: list[str], dim: int, stop_words: frozenset[str]) -> np.ndarray:
     """The hashing trick word by word, as the first version computed it."""
     import hashlib

@@ -62,6 +62,9 @@ _BERT_WORD_EDGE = regex.compile(
 # A word as BERT's pre-tokenizer sees it: between its whitespace (space, tab, CR, LF, Unicode Zs), not Python's \s
 # (which also splits on control characters that BERT's normaliser deletes from inside a word).
 _UNIT = re.compile(r"[^ \t\n\r\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]+")
+# Python's whitespace (`str.isspace`, where `str.split` cuts) that `_UNIT` keeps inside a word: every other character
+# either is a space to both or to neither.
+_SPLIT_NOT_UNIT = re.compile("[\x0b\x0c\x1c-\x1f\x85\u2028\u2029]")
 log = logging.getLogger(__name__)
 
 
@@ -133,7 +136,7 @@ class StaticEncoder:
         starts, ends = _unit_bounds(text)
         if len(starts) > SPAN_MAX_WORDS:
             return None
-        rows = self._word_rows([text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)])
+        rows = self._word_rows(_words(text, starts, ends))
         return SpanVectors(text, starts, ends, rows, self._word_rows)
 
     def _word_rows(self, words: list[str]) -> np.ndarray:
@@ -226,6 +229,18 @@ def _unit_bounds(text: str) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends
 
 
+def _words(text: str, starts: np.ndarray, ends: np.ndarray) -> list[str]:
+    """`text[a:b]` of each run `_unit_bounds` found: `str.split`'s words when they are the same ones (a third of the
+    cost of slicing them out one by one). They are when the text holds none of the spaces only `str.split` cuts at
+    (`_SPLIT_NOT_UNIT`: then both cut at the same characters, into the same runs) and no run was cut for its length
+    (`_cut_long` only ever adds runs, so the counts then differ)."""
+    if _SPLIT_NOT_UNIT.search(text) is None:
+        words = text.split()
+        if len(words) == len(starts):
+            return words
+    return [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
 def _cut_long(text: str, starts: np.ndarray, ends: np.ndarray, long: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The runs at `long` cut before a punctuation mark or ideograph about every LONG_WORD_CHARS characters.
 
@@ -286,7 +301,10 @@ class SpanVectors:
         """The vectors of every span that will be asked for, in one batch: the metrics then ask for them a few at a
         time, and each call's numpy work costs far more than the lookup. A long document also gets prefix sums at
         those spans' edges, for spans asked for later."""
-        announced = list(dict.fromkeys((int(a), int(b)) for a, b in spans))
+        try:  # duplicates dropped before the conversion to ints, which then runs once per distinct span
+            announced = list(dict.fromkeys([(int(a), int(b)) for a, b in dict.fromkeys(spans)]))
+        except TypeError:  # spans given as lists or array rows: not hashable as they are
+            announced = list(dict.fromkeys((int(a), int(b)) for a, b in spans))
         if announced and not self._dense(len(announced)):
             _, _, first, last = self._bounds(announced)
             # Only at the spans' edges: a full prefix sum over the words costs more than all the metrics'
@@ -342,11 +360,17 @@ class SpanVectors:
     def _add_cut_words(self, sums: np.ndarray, a, b, first, last) -> None:
         """Add the pieces of words a span's edge cuts: the part of the word inside the span, tokenized alone."""
         words = len(self._starts)
+        if not words:
+            return
+        # Which spans cut a word at their start or end, for all spans at once: most cut none.
+        left_all = first - 1  # the word that starts before the span, if the span's start cuts it
+        cuts_left_all = (left_all >= 0) & (self._ends[np.maximum(left_all, 0)] > a)
+        cuts_right_all = (last < words) & (self._starts[np.minimum(last, words - 1)] < b)
         pieces: list[tuple[int, str]] = []
-        for k in range(len(a)):
-            left = first[k] - 1  # the word that starts before the span, if the span's start cuts it
-            cuts_left = left >= 0 and self._ends[left] > a[k]
-            cuts_right = last[k] < words and self._starts[last[k]] < b[k]
+        for k in np.flatnonzero(cuts_left_all | cuts_right_all).tolist():
+            left = first[k] - 1
+            cuts_left = cuts_left_all[k]
+            cuts_right = cuts_right_all[k]
             if cuts_left and cuts_right and left == last[k]:  # the span lies inside one word
                 pieces.append((k, self._text[a[k] : b[k]]))
                 continue
