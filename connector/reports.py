@@ -330,11 +330,19 @@ def explain_table(doc: FoundDocument, rows: list[StoredCandidate]) -> Table:
         return "-" if v is None else f"{v:.3f}"
 
     backends = {c.rc_backend for c in rows if c.rc_backend}
+    notes = []
     if backends:
-        table.caption = f"RC by the {', '.join(sorted(backends))} coreference backend"
+        notes.append(f"RC by the {', '.join(sorted(backends))} coreference backend")
     elif any(c.chunk_count for c in rows):
         # `metrics.rc_when_decisive`: a short document's pairs are looked for only when they could change the winner
-        table.caption = "RC not computed: it could not change the winner (or it is weighted 0)"
+        notes.append("RC not computed: it could not change the winner (or it is weighted 0)")
+    scored = [c for c in rows if c.chunk_count and not c.error]
+    if scored and not any({"icc", "dcc", "rt"} & set(c.metric_ms or {}) for c in scored):
+        # `metrics.embed_when_decisive`: every strategy made the same chunks, and only SC tells them apart
+        notes.append("ICC, DCC and RT not computed: every strategy made the same chunks, so only SC could change "
+                     "the winner (or they are weighted 0)")  # fmt: skip
+    if notes:
+        table.caption = "; ".join(notes)
     for c in rows:
         table.add_row(c.strategy, str(c.chunk_count), num(c.rc), num(c.icc), num(c.dcc), num(c.bi), num(c.sc),
                       num(c.rt), num(c.score), f"{c.elapsed_ms:.0f}", "yes" if c.chosen else "",

@@ -177,6 +177,12 @@ class MetricsSettings(BaseSettings):
         description="Find coreference pairs (RC) only when they can change the winner; otherwise RC is left NULL "
         "and the scores are over the other metrics. false: always (every candidate's RC for `connector explain`).",
     )
+    embed_when_decisive: bool = Field(
+        True,
+        description="Measure the metrics that embed text (ICC, DCC, RT) only when the candidates cut the document "
+        "differently; when every strategy makes the same chunks (most short documents), only SC can change the "
+        "winner and they are left NULL. false: always (every value for `connector explain`).",
+    )
     probes: int = Field(48, ge=1, description="RT: sentences sampled per document as pseudo-queries.")
     rt_budget_chars: int = Field(
         8000, gt=0, description="RT: a probe counts when its chunk is reached within this many characters of ranking."

@@ -31,6 +31,7 @@ from connector.settings import ScoringSettings, Settings
 from connector.timing import NULL_TIMER, Timer
 
 METRICS = ("rc", "icc", "dcc", "bi", "sc", "rt")
+EMBEDDING = frozenset({"icc", "dcc", "rt"})  # the metrics that embed text with the metrics model
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,9 @@ class DocumentMetrics:
             return list(candidate.raw_token_counts)
         return [c.token_count for c in candidate.chunks]
 
-    def score(self, candidate: Candidate, rc: bool = True) -> Scored:
-        """Every weighted metric of `candidate`; without RC when `rc` is False (`with_rc` adds it later)."""
+    def score(self, candidate: Candidate, rc: bool = True, embedding: bool = True) -> Scored:
+        """Every weighted metric of `candidate`; without RC when `rc` is False (`with_rc` adds it later), without
+        those that embed text (`EMBEDDING`) when `embedding` is False."""
         t0 = time.perf_counter()
         values: dict[str, float | None] = dict.fromkeys(METRICS)
         ms: dict[str, float] = {}
@@ -142,7 +144,7 @@ class DocumentMetrics:
         spans = tuple((c.start, c.end) for c in candidate.chunks)
         known = self._by_spans.setdefault(spans, {}) if candidate.error is None else {}
         for name in self._measured if candidate.error is None else ():
-            if name == "rc" and not rc:
+            if (name == "rc" and not rc) or (name in EMBEDDING and not embedding):
                 continue
             if name in known:  # the same chunks as an earlier candidate: the same value, for nothing
                 values[name], ms[name] = known[name], 0.0
@@ -216,9 +218,15 @@ def score_all(
     document: Document, pool: list[Candidate], settings: Settings, resources: Resources, timer: Timer = NULL_TIMER
 ) -> tuple[Scored, ...]:
     """Every candidate's metrics and score. With `metrics.rc_when_decisive`, the coreference pairs (the costliest
-    part of a short document's scoring) are found only when RC can change which candidate wins."""
+    part of a short document's scoring) are found only when RC can change which candidate wins; with
+    `metrics.embed_when_decisive`, the metrics that embed text only when the candidates cut it differently
+    (`same_cuts`)."""
     scorer = DocumentMetrics(document, settings, resources, timer)
     lazy = settings.metrics.rc_when_decisive and resources.coref is not None and settings.weights.rc > 0
+    if settings.metrics.embed_when_decisive and same_cuts(pool):
+        scored = tuple(scorer.score(c, rc=not lazy, embedding=False) for c in pool)
+        if any(s.score is not None for s in scored):  # else only the embedding metrics are weighted: measure them
+            return scored
     scorer.prepare(pool, pairs=not lazy)
     if not lazy:
         return tuple(scorer.score(c) for c in pool)
@@ -226,6 +234,22 @@ def score_all(
     if rc_cannot_change_choice(scored, settings.weights):
         return scored
     return tuple(scorer.with_rc(s) for s in scored)
+
+
+def same_cuts(pool: Sequence[Candidate]) -> bool:
+    """Whether every candidate that can win makes the same chunks: then only SC tells them apart (see below).
+
+    RC, ICC, DCC, BI and RT are functions of the chunks' spans: equal for every such candidate. SC is not (it reads
+    each strategy's own sizes, before the guards). A candidate's score is the weighted mean of its defined metrics,
+    so here (C + w_sc * sc) / (W + w_sc) with C and W the same for all: it orders them by SC alone, whatever the
+    values of the others and whether they are measured, and a tie goes to the one listed first either way. With
+    `metrics.embed_when_decisive`, the metrics that embed text (the costliest part of a short document's scoring)
+    are then not measured and stay NULL, as RC does when it cannot change the winner. This is most short documents:
+    the whole of a 600-character row is one chunk for every strategy (452 rows of 500 on `connector bench --rows
+    500 --chars 600`'s rows)."""
+    cuts = {tuple((c.start, c.end) for c in candidate.chunks) for candidate in pool if candidate.error is None}
+    cuts.discard(())
+    return len(cuts) == 1
 
 
 def rc_cannot_change_choice(scored: Sequence[Scored], weights: ScoringSettings) -> bool:

@@ -62,7 +62,10 @@ def build(
     """The table's rows, and the documents left out with the reason (one that fails to convert or chunk)."""
     # Every metric of every candidate: the weights are what is being learnt.
     scoring = settings.model_copy(
-        update={"weights": ALL_METRICS, "metrics": settings.metrics.model_copy(update={"rc_when_decisive": False})}
+        update={
+            "weights": ALL_METRICS,
+            "metrics": settings.metrics.model_copy(update={"rc_when_decisive": False, "embed_when_decisive": False}),
+        }
     )
     resources = metrics.Resources.load(scoring, embedder)
     pool = chunkers.build(settings.chunking)
