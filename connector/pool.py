@@ -268,8 +268,7 @@ class CpuPool:
                            f"plus {TIMEOUT_PER_MB_S:.0f} s a MB) and its CPU pool process was stopped")  # fmt: skip
                     self._overdue[pid] = why
                     log.warning("%s: %s (pid %d)", keys, why, pid)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+                    kill_tree(pid)
 
     def _answered(self, inner: Future, executor: ProcessPoolExecutor) -> None:
         if not inner.cancelled() and isinstance(inner.exception(), BrokenProcessPool):
@@ -514,6 +513,25 @@ def _now_ms() -> int:
     """CLOCK_MONOTONIC in milliseconds: one clock for every process of the machine (a pool process writes when its
     task started, the sidecar reads it)."""
     return int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1000)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a pool process and every process under it. A document's conversion runs in processes of its own (a
+    PDF's text extraction, OCR of its scans: two each); killed alone, the pool process left them behind for good,
+    waiting on a queue nobody writes to again, or still spinning in the parser that hung. Stopped first (SIGSTOP),
+    it starts none while they are looked for."""
+    import psutil
+
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        below = psutil.Process(pid).children(recursive=True)
+    except (ProcessLookupError, psutil.Error):
+        below = []
+    for process in below:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def kill(executor: ProcessPoolExecutor) -> None:

@@ -834,3 +834,52 @@ def test_a_document_that_hangs_its_pool_process_is_stopped_at_its_deadline_and_f
     assert not [p for p in stopped + pids if _alive(p)], (
         "the hung processes were killed, and no process outlives the pool"
     )
+
+
+def _under(pid: int) -> set[int]:
+    """The processes under `pid` now (its children and theirs)."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    return set()
+
+
+def test_a_pool_process_stopped_at_its_deadline_leaves_no_process_of_its_document_behind(
+    tmp_path, models_dir, monkeypatch
+) -> None:
+    """A PDF's conversion runs in processes of its own (OCR of its scans here: two, for six scanned pages). The
+    deadline's SIGKILL stopped the pool process alone: its OCR processes lived on for good, waiting on a queue
+    nobody writes to any more (or spinning in a parser caught in a loop: the case the deadline is for)."""
+    import pymupdf
+
+    from connector.convert import ocr
+    from connector.models import SourceDocument
+    from connector.pool import DocumentTimedOut
+
+    if not ocr.available():
+        pytest.skip("Tesseract is not installed")
+    if usable_cores() < 2:
+        pytest.skip("OCR runs in processes of its own only with two cores")
+    scan = pymupdf.open(FIXTURES / "real" / "scanned-lppl-p1.pdf")
+    pdf = pymupdf.open()
+    for _ in range(6):  # six pages of OCR: seconds, past a deadline of one
+        pdf.insert_pdf(scan)
+    data = pdf.tobytes()
+    monkeypatch.setattr("connector.pool.TIMEOUT_PER_MB_S", 0.0)  # the deadline: the setting alone
+    pool = CpuPool(Settings(data_dir=tmp_path / "state", document_timeout_seconds=1.0), 1)
+    seen: set[int] = set()
+    try:
+        pool.submit(SourceDocument(0, "sql", "warm", None, b"a few words", "text/plain", "w")).result()
+        pid = pool.pids()[0]
+        future = pool.submit(SourceDocument(1, "sql", "scan.pdf", None, data, "application/pdf", "s"))
+        while not future.done():
+            seen |= _under(pid)
+            time.sleep(0.02)
+        assert isinstance(future.exception(), DocumentTimedOut)
+        assert seen, "the document's own processes were seen running"
+        wait_for(lambda: not [p for p in seen if _alive(p)], timeout=10)
+    finally:
+        pool.close()
+        left = _kill([p for p in seen if _alive(p)])
+    assert not left, f"{len(left)} processes of the stopped document left behind"
