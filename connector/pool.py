@@ -113,7 +113,7 @@ class CpuPool:
         self._reaped: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()  # and answered
         self._tokens = itertools.count(1)
         # Deadlines (`_watch`): the processes stopped for running past one, pid -> what the stop says.
-        self._overdue: dict[int, str] = {}
+        self._overdue: dict[int, tuple[int, str]] = {}  # and the token of the task it was stopped for
         self._watcher: threading.Thread | None = None
         self._stop_watching = threading.Event()
 
@@ -259,14 +259,16 @@ class CpuPool:
             now = _now_ms()
             for pid, (token, started) in _started(slots).items():
                 task = tasks.get(token)
-                if task is None or task.deadline_s is None or pid in self._overdue:
+                # `started` 0: the slot read as its process ended a task (the token read first, then the start
+                # zeroed), not a task started at the clock's origin.
+                if task is None or task.deadline_s is None or pid in self._overdue or not started:
                     continue
                 if (now - started) / 1000 > task.deadline_s:
                     arg = task.arg if isinstance(task.arg, list) else [task.arg]
                     keys = ", ".join(getattr(source, "source_key", "?") for source in arg)
                     why = (f"it ran past its deadline ({task.deadline_s:.0f} s: CONNECTOR_DOCUMENT_TIMEOUT_SECONDS, "
                            f"plus {TIMEOUT_PER_MB_S:.0f} s a MB) and its CPU pool process was stopped")  # fmt: skip
-                    self._overdue[pid] = why
+                    self._overdue[pid] = (token, why)  # `_reap` blames this task only if the process still ran it
                     log.warning("%s: %s (pid %d)", keys, why, pid)
                     kill_tree(pid)
 
@@ -352,8 +354,18 @@ class CpuPool:
             slots = self._slots.pop(broken, None)
             self._reaped.add(broken)  # a task still going in goes to the next pool (`_dispatch`)
         running = _running(slots)
+        overdue: dict[int, str] = {}  # token -> why, for the tasks stopped at their deadline
+        for process in processes:
+            said = self._overdue.pop(process.pid, None)
+            if said is None or process.pid not in died:
+                continue
+            token, why = said
+            if running.get(process.pid) == token:
+                overdue[token] = why
+            else:  # its task ended as it was stopped: it died of the stop, not of what it ran next (or of nothing)
+                died.discard(process.pid)
+                stopped.add(process.pid)
         dead_ran = {running[pid] for pid in died if pid in running}
-        overdue = {running[pid]: self._overdue.pop(pid) for pid in died if pid in running and pid in self._overdue}
         unknown = any(pid not in running for pid in died)  # died between two tasks
         elsewhere = {running[pid] for pid in stopped if pid in running}
         failed = again = 0

@@ -883,3 +883,43 @@ def test_a_pool_process_stopped_at_its_deadline_leaves_no_process_of_its_documen
         pool.close()
         left = _kill([p for p in seen if _alive(p)])
     assert not left, f"{len(left)} processes of the stopped document left behind"
+
+
+def test_a_process_whose_task_ended_as_its_deadline_stop_came_takes_no_blame_for_the_next(
+    tmp_path, models_dir, monkeypatch
+) -> None:
+    """The deadline watch reads which task each process runs, then stops that process. A task that ended in
+    between (at its deadline, give or take) left the stop to the next task the process took: that one failed as
+    "ran past its deadline", a try lost for a document that ran for a moment. Here the watch is held between the
+    two (in its log line) until the process runs the next document."""
+    import logging
+
+    from connector.models import SourceDocument
+
+    pool = CpuPool(Settings(data_dir=tmp_path / "state", document_timeout_seconds=0.1), 1)
+    held: list[str] = []
+    first = SourceDocument(1, "sql", "first", None, (BIG * 3).encode(), "text/plain", "1")
+    second = SourceDocument(2, "sql", "second", None, BIG.encode(), "text/plain", "2")
+
+    class HoldTheWatch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "ran past its deadline" in record.getMessage() and "first" in record.getMessage():
+                wait_for(lambda: [pid for pid, keys in pool.running().items() if "second" in keys], 60, 0.01)
+                held.append(record.getMessage())
+
+    hold = HoldTheWatch()
+    logging.getLogger("connector.pool").addHandler(hold)
+    try:
+        pool.submit(SourceDocument(0, "sql", "warm", None, b"a few words", "text/plain", "w")).result()
+        monkeypatch.setattr("connector.pool.TIMEOUT_PER_MB_S", 0.0)
+        finished = pool.submit(first)  # seconds: past its deadline, finished as it is stopped
+        monkeypatch.undo()  # the next one has its full deadline (a minute and more)
+        behind = pool.submit(second)
+        assert finished.result(timeout=120).winner.candidate.chunks
+        assert behind.result(timeout=120).winner.candidate.chunks, "the next document goes on in a fresh pool"
+        assert held, "the first document ran past its deadline"
+    finally:
+        logging.getLogger("connector.pool").removeHandler(hold)
+        pids = pool.pids()
+        pool.close()
+    assert not [p for p in pids if _alive(p)]
