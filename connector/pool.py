@@ -77,6 +77,9 @@ TORN_DOWN = 128 + signal.SIGTERM  # a pool process's exit code when its executor
 REAP_WAIT_S = 10.0  # how long a broken pool's executor thread has to fail its tasks (`CpuPool._reap`)
 GROUP = 4  # short documents a pool process takes as one task (`CpuPool.submit_many`)
 TIMEOUT_PER_MB_S = 60.0  # a task's deadline grows by this for each MB of its content (`document_timeout_seconds`)
+# ... and by this for each MB of a PDF: its scanned pages may be read by OCR, 2-4 s a page on one core for a page of
+# 65-113 KB (300 dpi, fax-compressed; measured), twice that per MB for JBIG2 scans, more on busy cores.
+TIMEOUT_PER_PDF_MB_S = 600.0
 WATCH_EVERY_S = 1.0  # how often the deadlines of the tasks running are looked at (`CpuPool._watch`)
 _STRIDE = 3  # a pool process's slot: its pid, the token of the task it runs (0: none), when that task started (ms)
 
@@ -267,7 +270,8 @@ class CpuPool:
                     arg = task.arg if isinstance(task.arg, list) else [task.arg]
                     keys = ", ".join(getattr(source, "source_key", "?") for source in arg)
                     why = (f"it ran past its deadline ({task.deadline_s:.0f} s: CONNECTOR_DOCUMENT_TIMEOUT_SECONDS, "
-                           f"plus {TIMEOUT_PER_MB_S:.0f} s a MB) and its CPU pool process was stopped")  # fmt: skip
+                           f"plus {TIMEOUT_PER_MB_S:.0f} s a MB, {TIMEOUT_PER_PDF_MB_S:.0f} s a MB of PDF) and its "
+                           "CPU pool process was stopped")  # fmt: skip
                     self._overdue[pid] = (token, why)  # `_reap` blames this task only if the process still ran it
                     log.warning("%s: %s (pid %d)", keys, why, pid)
                     kill_tree(pid)
@@ -477,13 +481,16 @@ class _Task:
 
 def deadline_s(settings: Settings, arg) -> float | None:
     """How long a task may run in a pool process: `document_timeout_seconds`, plus TIMEOUT_PER_MB_S for each MB of
-    its documents' content (a long text takes about a second a MB; a scanned PDF a few seconds a page of OCR, a page
-    being a few hundred KB). None: no limit."""
+    its documents' content (a long text takes about a second a MB), TIMEOUT_PER_PDF_MB_S for a PDF's (OCR of its
+    scanned pages). None: no limit."""
     if not settings.document_timeout_seconds:
         return None
-    sources = arg if isinstance(arg, list) else [arg]
-    size = sum(len(s.data) for s in sources if isinstance(s, SourceDocument))
-    return settings.document_timeout_seconds + TIMEOUT_PER_MB_S * size / 1_000_000
+    sources = [s for s in (arg if isinstance(arg, list) else [arg]) if isinstance(s, SourceDocument)]
+    allowance = sum(
+        len(s.data) * (TIMEOUT_PER_PDF_MB_S if (s.mime_type or "").endswith("pdf") else TIMEOUT_PER_MB_S)
+        for s in sources
+    )
+    return settings.document_timeout_seconds + allowance / 1_000_000
 
 
 def _settle(future: Future, result: object = None, error: BaseException | None = None) -> bool:

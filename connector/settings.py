@@ -318,8 +318,8 @@ class Settings(BaseSettings):
         300.0,
         ge=0,
         description="A document still running in a CPU pool process after this long, plus 60 s for each MB of its "
-        "content, has that process stopped (a hung parser, a pathological input): it is tried again alone, the "
-        "stop counting as a try, and fails after max_attempts. 0: no limit.",
+        "content (600 s a MB of PDF: OCR), has that process stopped (a hung parser, a pathological input): it is "
+        "tried again alone, the stop counting as a try, and fails after max_attempts. 0: no limit.",
     )
     keep_deleted: bool = Field(False, description="Keep the chunks of files deleted from the watched folder.")
     http_port: int | None = Field(

@@ -866,7 +866,7 @@ def test_a_pool_process_stopped_at_its_deadline_leaves_no_process_of_its_documen
     for _ in range(6):  # six pages of OCR: seconds, past a deadline of one
         pdf.insert_pdf(scan)
     data = pdf.tobytes()
-    monkeypatch.setattr("connector.pool.TIMEOUT_PER_MB_S", 0.0)  # the deadline: the setting alone
+    monkeypatch.setattr("connector.pool.TIMEOUT_PER_PDF_MB_S", 0.0)  # the deadline: the setting alone
     pool = CpuPool(Settings(data_dir=tmp_path / "state", document_timeout_seconds=1.0), 1)
     seen: set[int] = set()
     try:
@@ -923,3 +923,18 @@ def test_a_process_whose_task_ended_as_its_deadline_stop_came_takes_no_blame_for
         pids = pool.pids()
         pool.close()
     assert not [p for p in pids if _alive(p)]
+
+
+def test_a_tasks_deadline_grows_with_its_content_and_more_for_a_pdf(settings: Settings) -> None:
+    """Text takes about a second a MB; a scanned PDF's pages 2-4 s each to OCR (65-113 KB a page at 300 dpi), so a
+    PDF's allowance per MB is ten times a text's: a long scan was killed on every try at 60 s a MB."""
+    from connector.models import SourceDocument
+    from connector.pool import deadline_s
+
+    s = settings.model_copy(update={"document_timeout_seconds": 300.0})
+    text = SourceDocument(1, "sql", "t", None, b"x" * 2_000_000, "text/plain", "")
+    pdf = SourceDocument(2, "folder", "p.pdf", None, b"x" * 2_000_000, "application/pdf", "")
+    assert deadline_s(s, text) == 300 + 2 * 60
+    assert deadline_s(s, pdf) == 300 + 2 * 600
+    assert deadline_s(s, [text, pdf]) == 300 + 2 * 60 + 2 * 600, "a group: its documents' allowances, one base"
+    assert deadline_s(settings.model_copy(update={"document_timeout_seconds": 0.0}), pdf) is None
