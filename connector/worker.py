@@ -491,12 +491,21 @@ class Worker:
                     return
 
         thread = threading.Thread(target=beat, name=f"heartbeat-{self.name}", daemon=True)
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError as exc:
+            # No thread to be had: the address space is short (a process near its memory limit, right after a row
+            # too large for it) or the thread limit reached. The step goes on without beats (they resume after it)
+            # rather than fail every document written meanwhile, for good, as "internal error".
+            log.warning("no heartbeat thread for this step (%s): leases are renewed before and after it", exc)
+            thread = None
+            self._beat_if_due()
         try:
             yield
         finally:
             done.set()
-            thread.join()
+            if thread is not None:
+                thread.join()
 
     def drain(self, stop: threading.Event, on_result: Callable[[ClaimedRow, Result], None] | None = None) -> int:
         """Process queued documents until the queue is empty or `stop` is set; returns how many were processed.

@@ -96,20 +96,42 @@ def test_transient_failures_back_off_then_fail_after_max_attempts_and_retry_requ
 def test_a_dead_workers_lease_expires_counts_as_a_try_and_a_poison_document_is_given_up(settings: Settings) -> None:
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         doc = _insert(conn, "poison")
+        # An error from an earlier try (the database restarted under it): not why the workers that died since did.
+        conn.execute("UPDATE connector.documents SET last_error = 'database error: terminating connection'")
         store = Store(conn)
         for expected_retries in range(3):
             row = store.claim_next(60, "dies")  # claimed, then the worker "dies": no heartbeat, no result
             assert row.retries == expected_retries
             assert store.claim_next(60, "other") is None, "leased: nobody else may take it"
             lease_ends(conn, doc)
-        row = store.claim_next(60, "w")
-        assert row.retries == 3
+        row = store.claim_batch(60, "w", [], 32, 10**9)[0]  # as a worker's loop claims
+        assert row.retries == 3 and row.abandoned
         assert (
             Worker(conn, Pipeline(settings.model_copy(update={"max_attempts": 3}), FakeEmbedder()), []).process(row)
             == "failed"
         )
         status, _, error, _, _ = _row(conn, doc)
         assert status == "failed" and "gave up after 3 tries" in error
+        assert "terminating connection" not in error, "a worker that died said nothing: no older error is its reason"
+
+
+def test_a_document_given_up_with_a_reason_fails_with_it_once_out_of_tries(settings: Settings) -> None:
+    """A worker that gives a document up says why (its CPU pool process was stopped past its deadline, say): the
+    document that runs out of tries that way fails with that reason, not only "gave up after N tries"."""
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        doc = _insert(conn, "hangs")
+        store = Store(conn)
+        for expected_retries in range(2):
+            row = store.claim_batch(60, "w", [], 32, 10**9)[0]
+            assert row.retries == expected_retries
+            assert store.abandon(row, "it ran past its deadline (300 s) and its CPU pool process was stopped")
+        row = store.claim_batch(60, "w", [], 32, 10**9)[0]
+        assert row.retries == 2 and row.abandoned
+        worker = Worker(conn, Pipeline(settings.model_copy(update={"max_attempts": 2}), FakeEmbedder()), [])
+        assert worker.process(row) == "failed"
+        status, _, error, _, _ = _row(conn, doc)
+        assert status == "failed" and error.startswith("gave up after 2 tries")
+        assert error.endswith("the last time: it ran past its deadline (300 s) and its CPU pool process was stopped")
 
 
 def test_the_heartbeat_keeps_a_long_document_leased(settings: Settings) -> None:
@@ -479,3 +501,24 @@ def test_a_partitioned_table_can_be_watched(settings: Settings) -> None:
         conn.execute("DELETE FROM notes WHERE id = 2")
         conn.execute("TRUNCATE notes")
         assert conn.execute("SELECT count(*) FROM connector.documents").fetchone() == (0,)
+
+
+def test_rows_are_written_when_no_heartbeat_thread_can_be_started(settings: Settings, monkeypatch) -> None:
+    """A sidecar near its memory limit (right after a row too large for it) could not start the thread that renews
+    the leases while a batch is embedded and written ("can't start new thread"): every row written meanwhile failed,
+    for good, as an internal error. The step now goes on without it."""
+    start = threading.Thread.start
+
+    def no_heartbeat(thread: threading.Thread) -> None:
+        if thread.name.startswith("heartbeat-"):
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", no_heartbeat)
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        docs = [_insert(conn, f"row-{n}") for n in range(5)]
+        results: list[str] = []
+        Worker(conn, Pipeline(settings, FakeEmbedder()), []).drain(threading.Event(), lambda _, r: results.append(r))
+        assert results == ["done"] * 5
+        assert [_row(conn, d)[0] for d in docs] == ["done"] * 5
+        assert_consistent(conn)

@@ -157,7 +157,9 @@ WITH candidates AS (
     -- What the claim brings into memory: both content columns (it returns both), or the file the worker reads.
     SELECT id, coalesce(octet_length(content_bytes), 0) + coalesce(octet_length(content), 0) + coalesce(file_size, 0)
                AS bytes,
-           status = 'processing' AS abandoned
+           status = 'processing' AS abandoned,
+           -- given up by a holder that said why (`ABANDON`, `ABANDON_MINE` clear the holder): its reason is current
+           status = 'processing' AND claimed_by IS NULL AS said_why
     FROM connector.documents
     WHERE ((status = 'pending' AND (retry_after IS NULL OR retry_after <= now()))
            OR (status = 'processing' AND lease_expires_at < now()))
@@ -166,7 +168,7 @@ WITH candidates AS (
     FOR UPDATE SKIP LOCKED
     LIMIT %(limit)s
 ), picked AS (
-    SELECT id, sum(bytes) OVER (ORDER BY id) AS upto, row_number() OVER (ORDER BY id) AS n,
+    SELECT id, said_why, sum(bytes) OVER (ORDER BY id) AS upto, row_number() OVER (ORDER BY id) AS n,
            min(id) FILTER (WHERE abandoned) OVER () AS first_abandoned
     FROM candidates
 )
@@ -179,8 +181,9 @@ FROM picked p
 WHERE d.id = p.id
   AND CASE WHEN p.first_abandoned IS NULL THEN p.n = 1 OR p.upto <= %(max_bytes)s ELSE p.id = p.first_abandoned END
 RETURNING {_claimed("d.")}, d.retries,
-          -- why its last holder gave it up, when that holder said (`ABANDON`): the reason it fails with
-          CASE WHEN p.first_abandoned IS NOT NULL THEN d.last_error END AS last_error,
+          -- why its last holder gave it up, when that holder said so (a holder that died said nothing, and the row's
+          -- last error may be older than its death): the reason it fails with once out of tries
+          CASE WHEN p.said_why THEN d.last_error END AS last_error,
           p.first_abandoned IS NOT NULL AS abandoned
 """
 
