@@ -305,7 +305,10 @@ class Settings(BaseSettings):
         "it themselves.",
     )
     batch_size: int = Field(
-        32, ge=1, description="Rows a worker claims at once; the finished ones are written in one transaction."
+        32,
+        ge=1,
+        description="Rows a worker claims at once (up to four times as many while its claims come back full of "
+        "short rows: a deep queue); the finished ones are written in one transaction.",
     )
     batch_mb: float = Field(
         4.0, gt=0, description="A batch holds at most this much content (its first row always, however large)."

@@ -86,11 +86,12 @@ def test_a_batch_is_claimed_at_once_and_written_in_one_transaction(settings: Set
         worker.store.release_mine("w")
         assert worker.drain(threading.Event()) == 12
         assert _status(conn) == {"done": 12}
-        # 12 rows in batches of 5: three commits of the documents' rows, each with its whole batch.
+        # 12 rows: a batch of 5, then (that claim full: the queue is deep) one of up to 10, the other 7; a commit of
+        # the documents' rows each, with its whole batch.
         batches = conn.execute(
             "SELECT count(DISTINCT processed_at) FROM connector.documents"  # now() is the transaction's start
         ).fetchone()[0]
-        assert batches == 3
+        assert batches == 2
         assert_consistent(conn)
 
 
@@ -523,3 +524,29 @@ def test_a_suspect_row_costs_its_try_even_right_after_a_reconnection(settings: S
         first = store.claim_batch(60, "back", (), 4, 10**9, count_abandoned=False)
         second = store.claim_batch(60, "back", (), 4, 10**9, count_abandoned=False)
         assert [(r.id, r.retries, r.abandoned) for r in first + second] == [(ids[0], 1, True), (ids[1], 0, True)]
+
+
+def test_claims_grow_while_the_queue_is_deep_and_start_again_small_when_it_is_not(settings: Settings) -> None:
+    """A batch's own costs (its claim, a dozen statements, a commit) were a fifth of a short row's: a worker whose
+    claims come back full asks for twice as many next time, up to four times the batch size; a claim that comes
+    back short starts again from the batch size, so that a few rows are still spread over workers and replicas."""
+    with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
+        _insert(conn, 100)
+        worker = Worker(conn, Pipeline(settings.model_copy(update={"batch_size": 8}), FakeEmbedder()), [])
+        claims: list[tuple[int, int]] = []  # (asked for, got)
+        claim = worker.store.claim_batch
+
+        def recorded(lease, name, roots, limit, max_bytes, counts):
+            rows = claim(lease, name, roots, limit, max_bytes, counts)
+            claims.append((limit, len(rows)))
+            return rows
+
+        worker.store.claim_batch = recorded
+        assert worker.drain(threading.Event()) == 100
+        # 8 + 16 + 32 + 32 = 88 rows, then 12 of the 32 asked for, then none (from the batch size again).
+        assert claims == [(8, 8), (16, 16), (32, 32), (32, 32), (32, 12), (8, 0)], claims
+        _insert(conn, 5, "late")
+        assert worker.drain(threading.Event()) == 5
+        assert claims[-2:] == [(8, 5), (8, 0)], "a shallow queue: claims stay at the batch size"
+        assert _status(conn) == {"done": 105}
+        assert_consistent(conn)

@@ -85,7 +85,7 @@ def test_documents_chosen_in_pool_processes_are_written_and_a_bad_one_fails_alon
         assert conn.execute("SELECT count(DISTINCT document_id) FROM connector.chunks").fetchone() == (10,)
         assert_consistent(conn)
         # The stages ran elsewhere; their time is still this pipeline's (`connector bench`, /metrics).
-        assert pipeline.totals.ms["convert"] > 0 and pipeline.totals.ms["metric:icc"] > 0
+        assert pipeline.totals.ms["convert"] > 0 and pipeline.totals.ms["metric:sc"] > 0
         assert len(pool.pids()) == 2 and os.getpid() not in pool.pids()
         # The same documents chosen here, in this thread, win with the same strategies and scores.
         here = Pipeline(s, FakeEmbedder())
