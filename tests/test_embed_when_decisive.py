@@ -10,13 +10,12 @@ from hypothesis import given
 from hypothesis import settings as examples
 from hypothesis import strategies as st
 
-from connector.bench import rows as rows_bench
 from connector.metrics import EMBEDDING, same_cuts, weighted_score
-from connector.models import Candidate, Chunk, Scored, SourceDocument
+from connector.models import Candidate, Chunk, Scored
 from connector.pipeline import Chooser
 from connector.select import choose
 from connector.settings import ScoringSettings, Settings
-from tests.conftest import FIXTURES
+from tests.test_rc_when_decisive import rows_and_documents
 
 UNIT = st.floats(0, 1, allow_nan=False)
 # SC is a share of chunks, k of n: two different shares differ by at least 1/n², never by a rounding error (any two
@@ -71,16 +70,8 @@ def test_the_same_winners_as_measuring_every_metric(tmp_path: Path) -> None:
     scores' order; where the candidates cut alike the embedding metrics are NULL and nothing was embedded for the
     metrics; where they differ, every value as when measuring everything."""
     lean, every = _choosers(Settings(data_dir=tmp_path))
-    sources = []
-    for chars, n in ((600, 150), (2400, 80)):
-        rows = rows_bench.workload([FIXTURES], n, chars)
-        sources += [SourceDocument(len(sources) + k, "sql", str(k), r.title, r.body.encode(), "text/plain", "")
-                    for k, r in enumerate(rows)]  # fmt: skip
-    for n, name in enumerate(["apache-2.0.txt", "dockerfile-reference.md", "postgresql-15-datatype-numeric.html"]):
-        mime = {"txt": "text/plain", "md": "text/markdown", "html": "text/html"}[name.rsplit(".", 1)[1]]
-        sources.append(SourceDocument(1000 + n, "folder", name, None, (FIXTURES / name).read_bytes(), mime, ""))
     alike = differ = 0
-    for source in sources:
+    for source in rows_and_documents([(600, 150), (2400, 80)]):
         a, b = lean.choose(source), every.choose(source)
         assert a.winner.candidate.strategy == b.winner.candidate.strategy, source.source_key
         assert a.winner.candidate.chunks == b.winner.candidate.chunks

@@ -78,6 +78,19 @@ def test_a_close_race_needs_rc_and_a_clear_one_does_not() -> None:
     assert not rc_cannot_change_choice([first, second], WEIGHTS)
 
 
+def rows_and_documents(rows: list[tuple[int, int]]) -> list[SourceDocument]:
+    """`connector bench --rows` rows of the fixtures (n rows of about `chars` characters, for each (chars, n)), then
+    three whole real documents (text, Markdown, HTML)."""
+    sources = []
+    for chars, n in rows:
+        sources += [SourceDocument(len(sources), "sql", str(k), r.title, r.body.encode(), "text/plain", "")
+                    for k, r in enumerate(rows_bench.workload([FIXTURES], n, chars))]  # fmt: skip
+    for n, name in enumerate(["apache-2.0.txt", "dockerfile-reference.md", "postgresql-15-datatype-numeric.html"]):
+        mime = {"txt": "text/plain", "md": "text/markdown", "html": "text/html"}[name.rsplit(".", 1)[1]]
+        sources.append(SourceDocument(1000 + n, "folder", name, None, (FIXTURES / name).read_bytes(), mime, ""))
+    return sources
+
+
 def _choosers(settings: Settings) -> tuple[Chooser, Chooser]:
     every = settings.model_copy(update={"metrics": settings.metrics.model_copy(update={"rc_when_decisive": False})})
     return Chooser.load(settings, parallel=False), Chooser.load(every, parallel=False)
@@ -87,11 +100,7 @@ def test_the_same_winners_as_scoring_every_metric(tmp_path: Path) -> None:
     """Short rows (mostly one chunk for the winner) and whole real documents: the same winner, chunk for chunk;
     where RC was found, every candidate's values, score and breaks as when scoring everything; both paths taken."""
     lazy, every = _choosers(Settings(data_dir=tmp_path))
-    rows = rows_bench.workload([FIXTURES], 120, 2400)
-    sources = [SourceDocument(n, "sql", str(n), r.title, r.body.encode(), "text/plain", "") for n, r in enumerate(rows)]
-    for n, name in enumerate(["apache-2.0.txt", "dockerfile-reference.md", "postgresql-15-datatype-numeric.html"]):
-        mime = {"txt": "text/plain", "md": "text/markdown", "html": "text/html"}[name.rsplit(".", 1)[1]]
-        sources.append(SourceDocument(1000 + n, "folder", name, None, (FIXTURES / name).read_bytes(), mime, ""))
+    sources = rows_and_documents([(2400, 120)])
     skipped = found = 0
     for source in sources:
         a, b = lazy.choose(source), every.choose(source)
