@@ -512,11 +512,11 @@ class Worker:
     def drain(self, stop: threading.Event, on_result: Callable[[ClaimedRow, Result], None] | None = None) -> int:
         """Process queued documents until the queue is empty or `stop` is set; returns how many were processed.
 
-        Rows are claimed in batches (`batch_size` rows, `batch_mb` of content) and the finished ones written in
-        one transaction at the end of the batch, or sooner once the oldest has waited FLUSH_SECONDS: a batch of
-        short rows costs one claim, one commit and a dozen statements instead of that per row, and its rows go to the
-        CPU pool a group at a time (`CpuPool.submit_many`). Each row keeps its
-        own lease and claim token; a row that fails is recorded on its own. Stopped mid-batch, the worker writes
+        Rows are claimed in batches (`batch_size` rows, more while the queue is deep; `batch_mb` of content) and
+        the finished ones written in one transaction at the end of the batch, or sooner once the oldest has waited
+        FLUSH_SECONDS: a batch of short rows costs one claim, one commit and a dozen statements instead of that per
+        row, and its rows go to the CPU pool a group at a time (`CpuPool.submit_many`). Each row keeps its own lease
+        and claim token; a row that fails is recorded on its own. Stopped mid-batch, the worker writes
         what it finished and hands the rest back at once."""
         n = 0
         while not stop.is_set():
