@@ -175,3 +175,6 @@ class Outcome:
     title: str | None = None  # the document's title as stored (see `pipeline.document_title`)
     embedding: dict[str, int] | None = field(default=None, hash=False, compare=False)  # {"embedded", "cached"} chunks
     model: ModelSpec | None = None  # the model that embedded the chunks; the writer checks it is the active one
+    # `scored`'s rows of connector.candidates, made where the document was chosen (`pipeline.Chosen.shipped`); empty:
+    # made by the writer
+    candidate_rows: tuple[bytes, ...] = field(default=(), hash=False, compare=False)

@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 
 from connector import candidates, chunkers, logs, metrics
 from connector.convert import convert
+from connector.db import candidate_rows
 from connector.embed import attach, winner_texts
 from connector.embedders import Embedder, spec_of
 from connector.embedders.base import Embeddings
@@ -36,23 +37,29 @@ class Chosen:
     winner: Scored
     title: str | None
     timings: dict[str, float]
+    candidate_rows: tuple[bytes, ...] = ()  # `db.candidate_rows.lines` of `scored`, once shipped
 
     def shipped(self) -> Chosen:
-        """This document as the worker needs it: the winner whole, every other candidate's chunks as spans
-        (`ChunkSpan`), which is all that is stored of them. What a pool process sends the sidecar: a long document's
-        losing chunks' texts were most of what the sidecar held of it (a 2,400-character row's pickle: 11.6 KB)."""
+        """This document as the worker needs it: the winner whole; the candidates' rows as they are stored
+        (`db.candidate_rows`), so every other candidate only as its strategy, values and chunks' spans (`ChunkSpan`),
+        all that is held of it after. What a pool process sends the sidecar: a long document's losing chunks' texts
+        were most of what the sidecar held of it (a 2,400-character row's pickle: 11.6 KB, then 6.0)."""
+        if self.candidate_rows:  # shipped already
+            return self
         spans: dict[tuple, tuple[ChunkSpan, ...]] = {}  # candidates that cut alike share one tuple (pickled once)
         scored = []
         for s in self.scored:
             c = s.candidate
-            if s is not self.winner and c.chunks and isinstance(c.chunks[0], Chunk):
-                key = tuple((x.start, x.end) for x in c.chunks)
-                if key not in spans:
-                    spans[key] = tuple(ChunkSpan(x.start, x.end, x.token_count) for x in c.chunks)
-                c = Candidate(c.strategy, spans[key], c.params, c.elapsed_ms, c.error, c.raw_token_counts)
-                s = Scored(c, s.metrics, s.score, s.elapsed_ms, s.metric_ms, s.rc_backend, s.shape, s.breaks)
+            if s is not self.winner:
+                if c.chunks and isinstance(c.chunks[0], Chunk):
+                    key = tuple((x.start, x.end) for x in c.chunks)
+                    if key not in spans:
+                        spans[key] = tuple(ChunkSpan(x.start, x.end, x.token_count) for x in c.chunks)
+                    c = Candidate(c.strategy, spans[key], c.params, c.elapsed_ms, c.error, c.raw_token_counts)
+                s = Scored(c, s.metrics, s.score, s.elapsed_ms, rc_backend=s.rc_backend)  # the rest is in its row
             scored.append(s)
-        return Chosen(self.document, tuple(scored), self.winner, self.title, self.timings)
+        rows = candidate_rows.lines(self.scored, self.winner)
+        return Chosen(self.document, tuple(scored), self.winner, self.title, self.timings, rows)
 
 
 @dataclass(frozen=True)
@@ -185,7 +192,9 @@ class Pipeline:
             if hits is not None:
                 cached = sum(text_hash(t) in hits for t in doc_texts)
                 cache = {"embedded": len(doc_texts) - cached, "cached": cached}
-            outcomes.append(Outcome(c.document, c.scored, c.winner, chunks, timings, c.title, cache, spec))
+            outcomes.append(
+                Outcome(c.document, c.scored, c.winner, chunks, timings, c.title, cache, spec, c.candidate_rows)
+            )
             self.totals.add({"embed": timings["embed"]})
             self.runs += 1
             start = end

@@ -41,9 +41,13 @@ WHERE attrelid = 'connector.chunks'::regclass AND attname = %s AND NOT attisdrop
 CACHE_GET = """
 SELECT text_hash, spans, weights, vectors FROM connector.embedding_cache WHERE model = %s AND text_hash = ANY(%s)
 """
+# One statement for a batch's new texts (an INSERT each cost the writer more than the rest of the cache), every
+# array sent binary; a text's spans and weights, of its own lengths, as int[] literals.
 CACHE_PUT = """
 INSERT INTO connector.embedding_cache (model, text_hash, dim, spans, weights, vectors)
-VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (model, text_hash) DO NOTHING
+SELECT %(model)s, h, %(dim)s, s::int[], w::int[], v
+FROM unnest(%(hashes)b::bytea[], %(spans)b::text[], %(weights)b::text[], %(vectors)b::bytea[]) AS t(h, s, w, v)
+ON CONFLICT (model, text_hash) DO NOTHING
 """
 CACHE_DROP = "DELETE FROM connector.embedding_cache WHERE model = %s"
 
@@ -249,12 +253,13 @@ class CacheTable:
     ) -> None:
         if not entries:
             return
-        params = [
-            (model, h, dim, [x for span in spans for x in span], list(weights),
-             np.ascontiguousarray(v, dtype=np.float32).tobytes())
-            for h, spans, weights, v in entries
-        ]  # fmt: skip
-        self._run(lambda c: c.cursor().executemany(CACHE_PUT, params))
+        params = {
+            "model": model, "dim": dim, "hashes": [h for h, _, _, _ in entries],
+            "spans": ["{" + ",".join(str(x) for span in spans for x in span) + "}" for _, spans, _, _ in entries],
+            "weights": ["{" + ",".join(map(str, weights)) + "}" for _, _, weights, _ in entries],
+            "vectors": [np.ascontiguousarray(v, dtype=np.float32).tobytes() for _, _, _, v in entries],
+        }  # fmt: skip
+        self._run(lambda c: c.execute(CACHE_PUT, params))
 
     def close(self) -> None:
         if self._conn is not None:

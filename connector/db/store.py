@@ -9,11 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import orjson
 import psycopg
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from connector.db import embeddings, queries
+from connector.db import candidate_rows, embeddings, queries
 from connector.db.rows import (
     DocumentKey,
     EndedSession,
@@ -36,6 +37,9 @@ from connector.models import Block, Outcome, SourceDocument
 from connector.sources.files import NotRegularFile, TooLarge, read_regular
 
 SHORT_BYTES = 20_000
+# The candidates' COPY is written in pieces of about this size: each write is a round of psycopg's wait (one per
+# document was 10 % of a 600-character row's writing), and the whole of a long document's at once is its size again.
+COPY_WRITE_BYTES = 1 << 20
 # What `retry_later` says when another session kept the row locked: nothing recorded (see `Store._update_own`).
 LOCKED = "locked"
 
@@ -138,15 +142,12 @@ class StatusReport:
     failures: list[Failure]
 
 
-def _spans(scored) -> list[int] | None:
-    """`candidates.spans`: NULL only for a strategy that failed or was skipped; one that ran and cut nothing: []."""
-    return None if scored.candidate.error else [x for c in scored.candidate.chunks for x in (c.start, c.end)]
-
-
-def _block_json(block: Block) -> dict:
-    """The stored form of a block: enough to re-chunk and re-score without converting again."""
-    return {"start": block.start, "end": block.end, "kind": block.kind, "page": block.page,
-            "section_path": list(block.section_path)}  # fmt: skip
+def _blocks_json(blocks: Sequence[Block]) -> str:
+    """The stored form of a document's blocks: enough to re-chunk and re-score without converting again."""
+    return orjson.dumps([
+        {"start": b.start, "end": b.end, "kind": b.kind, "page": b.page, "section_path": b.section_path}
+        for b in blocks
+    ]).decode()  # fmt: skip
 
 
 class Store:
@@ -376,43 +377,42 @@ class Store:
                     copy.write_row(window)
         self.conn.execute(queries.INSERT_CHUNK_TERMS_OF, (doc_ids,))
         # One COPY for every candidate of the batch: ten rows a document, which as INSERTs cost the server a
-        # statement each and the writer as much again in parameter handling.
+        # statement each and the writer as much again in parameter handling. Its lines come made (in COPY's text
+        # format, where the document was chosen: `candidate_rows`), each after its document's id.
+        encoding = self.conn.info.encoding
         with self.conn.cursor().copy(queries.COPY_CANDIDATES) as copy:
-            copy.set_types(queries.COPY_CANDIDATES_TYPES)
+            buffer: list[bytes] = []
+            held = 0
             for row, _, outcome in items:
-                for s in outcome.scored:
-                    m = s.metrics
-                    copy.write_row(
-                        (
-                            row.id, s.candidate.strategy, Jsonb(s.candidate.params), len(s.candidate.chunks),
-                            m.get("rc"), m.get("icc"), m.get("dcc"), m.get("bi"), m.get("sc"), m.get("rt"), s.score,
-                            s is outcome.winner,
-                            s.candidate.elapsed_ms + s.elapsed_ms, s.candidate.error, s.rc_backend,
-                            Jsonb({k: round(v, 3) for k, v in s.metric_ms.items()}), Jsonb(s.shape), _spans(s),
-                            Jsonb(list(s.breaks)),
-                        )
-                    )  # fmt: skip
-        with self.conn.cursor() as cur:
-            cur.executemany(
-                queries.MARK_DONE,
-                [
-                    {
-                        "id": row.id,
-                        "token": row.attempts,
-                        "markdown": outcome.document.markdown,
-                        "blocks": Jsonb([_block_json(b) for b in outcome.document.blocks]),
-                        "hash": source.content_hash,
-                        "strategy": outcome.winner.candidate.strategy,
-                        "score": outcome.winner.score,
-                        "page_count": len(outcome.document.page_starts) or None,
-                        "title": outcome.title,
-                        "own_title": source.source == "folder" and outcome.document.title is not None,
-                        "claimed_title": row.title,
-                        "claimed_key": row.source_key,
-                    }
-                    for row, source, outcome in items
-                ],
-            )
+                prefix = b"%d" % row.id
+                lines = outcome.candidate_rows or candidate_rows.lines(outcome.scored, outcome.winner)
+                buffer += [prefix + line for line in lines]
+                held += sum(map(len, lines))
+                if held >= COPY_WRITE_BYTES or row is items[-1][0]:  # a write is a round of psycopg's wait: few
+                    data = b"".join(buffer)
+                    if encoding != "utf-8":  # (a database in another encoding)
+                        data = data.decode("utf-8").encode(encoding, "replace")
+                    copy.write(data)
+                    buffer, held = [], 0
+        self.conn.execute(
+            queries.MARK_DONE,
+            {
+                "id": [row.id for row, _, _ in items],
+                "token": [row.attempts for row, _, _ in items],
+                "markdown": [outcome.document.markdown for _, _, outcome in items],
+                "blocks": [_blocks_json(outcome.document.blocks) for _, _, outcome in items],
+                "hash": [source.content_hash for _, source, _ in items],
+                "strategy": [outcome.winner.candidate.strategy for _, _, outcome in items],
+                "score": [outcome.winner.score for _, _, outcome in items],
+                "page_count": [len(outcome.document.page_starts) or None for _, _, outcome in items],
+                "title": [outcome.title for _, _, outcome in items],
+                "own_title": [
+                    source.source == "folder" and outcome.document.title is not None for _, source, outcome in items
+                ],  # fmt: skip
+                "claimed_title": [row.title for row, _, _ in items],
+                "claimed_key": [row.source_key for row, _, _ in items],
+            },
+        )
 
     def moved(self, row: ClaimedRow) -> ClaimedRow | None:
         """The row as it stands now when, still ours, it names another file than when claimed (its file or folder
