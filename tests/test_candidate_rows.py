@@ -4,6 +4,7 @@ Postgres stores from them is every value of the candidates, to the last bit, wha
 from __future__ import annotations
 
 import math
+import uuid
 from pathlib import Path
 
 import orjson
@@ -11,15 +12,21 @@ import psycopg
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
+from pydantic import SecretStr
 
-from connector.db import candidate_rows
-from connector.db.database import connect
+from connector.db import browse, candidate_rows
+from connector.db.database import connect, migrate
 from connector.db.store import Store
 from connector.embedders import load
+from connector.ingest import ingest, select
 from connector.models import Candidate, Chunk, Scored
 from connector.pipeline import Chooser, Pipeline
-from connector.settings import Settings
+from connector.settings import ChunkingSettings, LLMSettings, Settings
+from tests.conftest import FIXTURES
+from tests.llm_stub import ChatStub
 from tests.test_rc_when_decisive import rows_and_documents
 
 COLUMNS = (
@@ -124,3 +131,43 @@ def test_an_error_with_a_lone_surrogate_is_stored_not_refused(settings: Settings
                 copy.write(b"%d" % document_id + line)
         stored = dict(conn.execute("SELECT strategy, error FROM connector.candidates").fetchall())
     assert stored == {"recursive": None, "llm_regex": error.replace("\udcff", "?")}
+
+
+def test_a_database_in_latin1_reads_back_its_headings_and_patterns(pg_admin_dsn: str, tmp_path: Path) -> None:
+    """A database in LATIN1 (a cluster made before UTF-8 was the default), a real French file written by the
+    worker: psycopg sends and reads jsonb as UTF-8 whatever the connection's encoding, so the writer sends the
+    blocks and the candidates' JSON columns as it does. The web UI's document page reads back the file's headings
+    and the LLM's pattern as they were (it failed on `Création`: `'utf-8' codec can't decode byte 0xe9`); its text
+    columns (the strategy's name) are in the database's encoding."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE template0 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C'").format(
+                sql.Identifier(name)
+            )
+        )
+    dsn = make_conninfo(pg_admin_dsn, dbname=name)
+    pattern = "(?m)^(?:Documentation|Configuration|Quelle|Création)\\b"
+    try:
+        migrate(dsn, 384)
+        with ChatStub(f"<regex>{pattern}</regex>") as stub:
+            llm = LLMSettings(base_url=stub.base_url, api_key=SecretStr("sk-test"), model="stub-model")
+            chunking = ChunkingSettings(
+                strategies=("sections", {"kind": "recursive", "max_tokens": 200, "name": "récursif"}, "llm_regex"),
+                llm=llm,
+            )
+            settings = Settings(dsn=dsn, data_dir=tmp_path / "state", embedder="fake", chunking=chunking)
+            pipeline = Pipeline(settings, load("fake"))
+            with connect(dsn, autocommit=True) as conn:
+                report = ingest(conn, pipeline, select([FIXTURES / "real" / "ifrench-gut-ALIRE"]))
+                assert report.counts["done"] == 1, report.failures
+                (document_id,) = conn.execute("SELECT id FROM connector.documents").fetchone()
+                doc, _, candidates = browse.document(conn, document_id)
+            pipeline.close()
+    finally:
+        with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    assert ["Francais-GUTenberg v1.0", "Création du dictionnaire"] in [b["section_path"] for b in doc.blocks]
+    params = {s.strategy: s.params for s, _ in candidates}
+    assert params["llm_regex"]["regex"] == pattern
+    assert "récursif" in params and all(s.error is None for s, _ in candidates)

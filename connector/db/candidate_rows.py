@@ -40,6 +40,25 @@ def _line(s: Scored, chosen: bool) -> bytes:
     return (line + "\n").encode("utf-8", "replace")
 
 
+# The fields of a line (split at its tabs, its document's id first) that are text columns: strategy, error,
+# rc_backend. The others are numbers, arrays and JSON.
+_TEXT_FIELDS = (1, 13, 14)
+
+
+def in_encoding(data: bytes, encoding: str) -> bytes:
+    """Lines for a connection in another encoding than UTF-8 (a database made in LATIN1, a PGCLIENTENCODING): the
+    text columns in that encoding (a character it lacks as `?`), the JSON columns left in UTF-8. psycopg sends and
+    reads jsonb as UTF-8 whatever the connection's encoding (so did this writer's binary COPY); stored in the
+    connection's encoding, a pattern's `é` failed every later read of the candidates (web UI, `connector explain`)."""
+    lines = data.split(b"\n")[:-1]
+    for n, line in enumerate(lines):
+        fields = line.split(b"\t")  # no UTF-8 character has a tab's or a newline's byte inside it
+        for i in _TEXT_FIELDS:
+            fields[i] = fields[i].decode("utf-8").encode(encoding, "replace")
+        lines[n] = b"\t".join(fields)
+    return b"".join(line + b"\n" for line in lines)
+
+
 def text(value: str | None) -> str:
     if value is None:
         return NULL

@@ -381,7 +381,7 @@ FROM STDIN
 MARK_DONE = """
 UPDATE connector.documents d
 SET status = CASE WHEN d.status = 'pending' THEN 'pending' ELSE 'done' END,
-    markdown = v.markdown, blocks = v.blocks::jsonb, failed_hash = NULL, strategy = v.strategy, score = v.score,
+    markdown = v.markdown, blocks = v.blocks, failed_hash = NULL, strategy = v.strategy, score = v.score,
     content_hash = CASE WHEN d.status = 'pending' THEN NULL ELSE v.hash END, last_error = NULL,
     lease_expires_at = NULL, processed_at = now(), updated_at = now(),
     page_count = v.page_count, claimed_by = NULL, retries = 0, retry_after = NULL,
@@ -389,7 +389,7 @@ SET status = CASE WHEN d.status = 'pending' THEN 'pending' ELSE 'done' END,
                  WHEN d.title IS NOT DISTINCT FROM v.claimed_title AND d.source_key = v.claimed_key
                  THEN COALESCE(v.title, d.title)
                  ELSE d.title END
-FROM unnest(%(id)b::int8[], %(token)b::int4[], %(markdown)b::text[], %(blocks)b::text[], %(hash)b::text[],
+FROM unnest(%(id)b::int8[], %(token)b::int4[], %(markdown)b::text[], %(blocks)b::jsonb[], %(hash)b::text[],
             %(strategy)b::text[], %(score)b::float8[], %(page_count)b::int4[], %(title)b::text[],
             %(own_title)b::bool[], %(claimed_title)b::text[], %(claimed_key)b::text[])
      AS v(id, token, markdown, blocks, hash, strategy, score, page_count, title, own_title, claimed_title, claimed_key)

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import orjson
 import psycopg
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
@@ -142,12 +141,14 @@ class StatusReport:
     failures: list[Failure]
 
 
-def _blocks_json(blocks: Sequence[Block]) -> str:
-    """The stored form of a document's blocks: enough to re-chunk and re-score without converting again."""
-    return orjson.dumps([
+def _blocks_json(blocks: Sequence[Block]) -> Jsonb:
+    """The stored form of a document's blocks: enough to re-chunk and re-score without converting again. Sent by
+    psycopg's jsonb dumper, in UTF-8 whatever the connection's encoding, as its loader reads it back (sent as text,
+    a database in LATIN1 stored a heading's `é` as such, and the web UI's document page could not read it)."""
+    return Jsonb([
         {"start": b.start, "end": b.end, "kind": b.kind, "page": b.page, "section_path": b.section_path}
         for b in blocks
-    ]).decode()  # fmt: skip
+    ])  # fmt: skip
 
 
 class Store:
@@ -391,7 +392,7 @@ class Store:
                 if held >= COPY_WRITE_BYTES or row is items[-1][0]:  # a write is a round of psycopg's wait: few
                     data = b"".join(buffer)
                     if encoding != "utf-8":  # (a database in another encoding)
-                        data = data.decode("utf-8").encode(encoding, "replace")
+                        data = candidate_rows.in_encoding(data, encoding)
                     copy.write(data)
                     buffer, held = [], 0
         self.conn.execute(
