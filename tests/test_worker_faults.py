@@ -366,6 +366,53 @@ def test_an_embedding_cache_without_a_connection_costs_no_try(settings: Settings
     assert np.array_equal(vectors, embedder.embed(["the same text", "another"]).vectors)
 
 
+def test_two_writers_of_the_same_new_texts_wait_for_each_other_never_deadlock(settings: Settings) -> None:
+    """Two workers caching the same new texts (a file and its copy, a reembed beside a sidecar): each batch's rows
+    go in as one transaction (one statement; psycopg's executemany pipelined them into one as well), so two that
+    met the same two texts in opposite orders each held the one the other wanted: Postgres ended one as a
+    deadlock after deadlock_timeout (measured: 5 rounds of 2,000 texts in opposite orders, 5 deadlocks). Every writer
+    now takes the texts in the order of their hashes. Here a writer holds the first of two texts uncommitted (as
+    a batch does mid-statement); the cache's batch, handed them in the other order, waits for it; the writer's
+    second text then goes in without waiting, and both finish."""
+    from connector.db.embeddings import CacheTable
+    from connector.embedders.cache import PersistentCache, text_hash
+
+    dsn = settings.dsn.get_secret_value()
+    texts = sorted((" ".join(WORDS[i * 40 : i * 40 + 40]) for i in range(2)), key=text_hash, reverse=True)
+    first, second = sorted(texts, key=text_hash)
+    embedder = FakeEmbedder()
+    # The other writer is the one Postgres ends if there is a deadlock: the cache's session waits far longer.
+    cached = PersistentCache(embedder, CacheTable(dsn + " options='-c deadlock_timeout=60s'"), "fake")
+    done: list[Embeddings] = []
+    with psycopg.connect(dsn) as other, psycopg.connect(dsn, autocommit=True) as watch:
+        other.execute("SET deadlock_timeout = '100ms'")
+
+        def put(text: str) -> None:
+            w = embedder.embed([text]).window_spans[0]
+            other.execute(
+                "INSERT INTO connector.embedding_cache (model, text_hash, dim, spans, weights, vectors) "
+                "VALUES ('fake', %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (text_hash(text), embedder.dim, [x for v in w for x in (v.start, v.end)], [v.tokens for v in w],
+                 np.stack([v.vector for v in w]).astype(np.float32).tobytes()),
+            )  # fmt: skip
+
+        put(first)
+        thread = threading.Thread(target=lambda: done.append(cached.embed(texts)))
+        thread.start()
+        try:
+            waiting = (
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            wait_for(lambda: watch.execute(waiting).fetchone()[0] == 1, what="the cache's batch waiting for the writer")
+            put(second)
+            other.commit()
+        finally:
+            other.rollback()
+            thread.join(30)
+    cached.store.close()
+    assert done and np.array_equal(done[0].vectors, embedder.embed(texts).vectors)
+
+
 def test_a_row_another_session_keeps_locked_stalls_neither_the_heartbeat_nor_the_batch(settings: Settings) -> None:
     """A session holding one claimed row locked (an application's open transaction, a forgotten psql) made the
     batch's heartbeat wait for it, holding the other rows locked, and then its write: the worker stalled as long as

@@ -253,6 +253,9 @@ class CacheTable:
     ) -> None:
         if not entries:
             return
+        # One transaction for the batch (so was psycopg's pipelined executemany): rows taken in the order of their
+        # hashes, as every writer takes them, two batches sharing texts wait for each other, never deadlock.
+        entries = sorted(entries, key=lambda e: e[0])
         params = {
             "model": model, "dim": dim, "hashes": [h for h, _, _, _ in entries],
             "spans": ["{" + ",".join(str(x) for span in spans for x in span) + "}" for _, spans, _, _ in entries],
