@@ -68,15 +68,16 @@ def test_documents_chosen_in_pool_processes_are_written_and_a_bad_one_fails_alon
         _spoil(conn, unwritable=ids[3], corrupt=ids[6])
         s = settings.model_copy(update={"batch_size": 12, "max_attempts": 1})
         pipeline = CorruptingPipeline(s, FakeEmbedder(), pool=pool)
-        assert pipeline.in_flight == 16
-        # Groups of four, fewer where a small batch would leave a pool process idle.
-        assert [pipeline.group_of(n) for n in (1, 2, 3, 4, 7, 8, 12, 32)] == [1, 1, 1, 2, 3, 4, 4, 4]
+        assert pipeline.in_flight == 64
+        # Groups of sixteen, fewer where a small batch would leave a pool process idle.
+        assert [pipeline.group_of(n) for n in (1, 2, 3, 4, 7, 8, 12, 32, 128)] == [1, 1, 1, 2, 3, 4, 6, 16, 16]
         results: dict[int, str] = {}
         tasks = pool.tasks
         Worker(conn, pipeline, []).drain(threading.Event(), lambda row, result: results.__setitem__(row.id, result))
-        # Short rows went to the pool four at a time, each with its own outcome (the unwritable one was in a group):
-        # rows 1-4, 5-6 and 8-9, 10-12, then the PDF (not short: it goes alone, after the batch's short rows).
-        assert pool.tasks - tasks == 4
+        # Short rows went to the pool six at a time (a batch of 12, two pool processes), each with its own outcome
+        # (the unwritable one was in a group): rows 1-6, 8-12, then the PDF (not short: it goes alone, after the
+        # batch's short rows).
+        assert pool.tasks - tasks == 3
         assert results[ids[3]] == "failed" and results[ids[6]] == "failed"
         assert [results[i] for i in ids if i not in (ids[3], ids[6])] == ["done"] * 10
         errors = dict(conn.execute("SELECT id, last_error FROM connector.documents WHERE status = 'failed'"))
@@ -694,9 +695,11 @@ def test_stopped_mid_batch_the_rows_never_started_go_back_at_once_and_the_finish
     """Stopped while both pool processes are busy with slow rows, the worker hands back the rows it never handed to
     the pool at once (it used to hold them, leases renewed, until the rows in flight were done: the whole grace
     period), then writes each row in flight as it finishes."""
+    import connector.pipeline
     import connector.worker
 
     monkeypatch.setattr(connector.worker, "FLUSH_SECONDS", 3600.0)  # only stopping writes before the batch's end
+    monkeypatch.setattr(connector.pipeline, "GROUP", 4)  # groups of four: 16 rows in flight, half the batch's 32
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         ids = _insert(conn, 32)
         _insert_slow(conn, ids[:8])  # two groups of four slow rows: each pool process has one
@@ -732,9 +735,11 @@ def test_stopped_while_the_pool_answers_nothing_the_rows_never_started_still_go_
     """The worker waiting for room in the pool woke on a finished document or on its next heartbeat (a third of the
     lease), not on a stop: with every pool process busy with long documents (another thread's, say), the rows it
     had not handed over stayed in its hands that long after a SIGTERM. Here the pool processes are held still."""
+    import connector.pipeline
     import connector.worker
 
     monkeypatch.setattr(connector.worker, "FLUSH_SECONDS", 3600.0)
+    monkeypatch.setattr(connector.pipeline, "GROUP", 4)  # groups of four: 16 rows in flight, half the batch's 32
     with connect(settings.dsn.get_secret_value(), autocommit=True) as conn:
         _insert(conn, 32)
         pool.warm()
