@@ -171,3 +171,26 @@ def test_a_database_in_latin1_reads_back_its_headings_and_patterns(pg_admin_dsn:
     params = {s.strategy: s.params for s, _ in candidates}
     assert params["llm_regex"]["regex"] == pattern
     assert "récursif" in params and all(s.error is None for s, _ in candidates)
+
+
+def test_an_llm_pattern_with_a_lone_surrogate_or_a_nul_fails_that_candidate_only(settings: Settings) -> None:
+    """An LLM reply's JSON may escape a lone surrogate (`\\ud800`) or a NUL into the pattern: no jsonb Postgres takes
+    holds either. The document failed whole, every try ("internal error: TypeError: str is not valid UTF-8"; the
+    reply is cached), though its other candidates were sound; now that candidate falls back, and says why."""
+    for n, bad in enumerate(["\ud800", "\x00"]):
+        pattern = f"(?m)^(?:Documentation|{bad}Configuration)\\b"
+        with ChatStub(f"<regex>{pattern}</regex>") as stub:
+            llm = LLMSettings(base_url=stub.base_url, api_key=SecretStr("sk-test"), model=f"stub-{n}")
+            chunking = ChunkingSettings(strategies=("sections", "llm_regex"), llm=llm)
+            s = settings.model_copy(update={"chunking": chunking})
+            pipeline = Pipeline(s, load("fake"))
+            with connect(s.dsn.get_secret_value(), autocommit=True) as conn:
+                report = ingest(conn, pipeline, select([FIXTURES / "real" / "ifrench-gut-ALIRE"]))
+                assert report.counts["done"] == 1, report.failures
+                (params,) = conn.execute(
+                    "SELECT params FROM connector.candidates WHERE strategy = 'llm_regex'"
+                ).fetchone()
+                conn.execute("DELETE FROM connector.documents")
+            pipeline.close()
+        assert params["fallback"] == "invalid pattern: it holds a NUL or a lone surrogate"
+        assert params["regex"] == pattern.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")

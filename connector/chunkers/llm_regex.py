@@ -70,6 +70,11 @@ class LLMRegexChunker:
         cuts: list[int] = []
         if pattern is None:
             notes["fallback"] = "the model returned no <regex>...</regex>"
+        elif "\x00" in pattern or not _storable(pattern):
+            # A NUL or a lone surrogate (a reply's JSON may escape one: `\ud800`) is in no text or jsonb Postgres
+            # takes: kept as it was, the pattern failed the whole document, every try (the reply is cached).
+            notes["regex"] = pattern.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
+            notes["fallback"] = "invalid pattern: it holds a NUL or a lone surrogate"
         else:
             try:
                 cuts = sorted({m.start() for m in regex.finditer(pattern, text, timeout=self.llm.regex_timeout)})
@@ -109,6 +114,14 @@ class LLMRegexChunker:
         finally:
             client.close()
         return response.choices[0].message.content or ""
+
+
+def _storable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _beginning(text: str, budget: int, encoding: str) -> str:
